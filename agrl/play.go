@@ -1,0 +1,154 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Agent writes the next action of an episode in progress. Experts, random baselines and
+// (through the rollout code) language-model policies are agents.
+type Agent interface {
+	// Act returns the next action text, given the prompt and the turns so far. An error stops
+	// the episode and is returned by Play: it means the agent itself is broken, not that it
+	// chose badly.
+	Act(ep *Episode) (string, error)
+}
+
+// AgentFunc adapts a function to the Agent interface.
+type AgentFunc func(ep *Episode) (string, error)
+
+// Act calls f.
+func (f AgentFunc) Act(ep *Episode) (string, error) { return f(ep) }
+
+// Limits bound an episode. The zero value takes every default.
+type Limits struct {
+	// MaxTurns caps the actions of an episode; 0 takes the environment's MaxTurns.
+	MaxTurns int
+	// MaxInvalid ends the episode after this many consecutive invalid actions; 0 means 3.
+	MaxInvalid int
+	// MaxBytes is the episode's text budget (action and observation bytes together), the
+	// text-level stand-in for a token budget; 0 means 8192.
+	MaxBytes int
+	// StepTimeout bounds one environment step; 0 means 5 s. A step that runs longer ends the
+	// episode as EnvError (the environment is broken; its goroutine is abandoned).
+	StepTimeout time.Duration
+}
+
+func (l Limits) withDefaults(env Env) Limits {
+	if l.MaxTurns <= 0 {
+		l.MaxTurns = env.MaxTurns()
+	}
+	if l.MaxTurns <= 0 {
+		l.MaxTurns = 1
+	}
+	if l.MaxInvalid <= 0 {
+		l.MaxInvalid = 3
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = 8192
+	}
+	if l.StepTimeout <= 0 {
+		l.StepTimeout = 5 * time.Second
+	}
+	return l
+}
+
+// EnvEnded: the environment ended the episode on a tool call (rare; most environments end
+// episodes only on answers).
+const EnvEnded Termination = "env_ended"
+
+// Play runs one episode of task in env with agent, at the text level. It returns an error only
+// when env refuses the task or the agent fails; everything the policy does wrong (invalid
+// actions, tool errors, running out of turns) is recorded on the episode instead. A panicking
+// or hanging environment ends the episode with Termination EnvError.
+//
+// The episode is not scored: pass it to a Rubric's Score.
+func Play(env Env, task Task, agent Agent, lim Limits) (*Episode, error) {
+	if env == nil || agent == nil {
+		return nil, errors.New("agrl: Play needs an env and an agent")
+	}
+	lim = lim.withDefaults(env)
+	sess, prompt, err := env.Reset(task)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: %s refused task %s: %w", env.Name(), task.ID, err)
+	}
+	ep := &Episode{Task: task, Prompt: prompt}
+	used, invalidRun := len(prompt), 0
+	for {
+		if len(ep.Turns) >= lim.MaxTurns {
+			ep.Termination = MaxTurnsReached
+			return ep, nil
+		}
+		text, err := agent.Act(ep)
+		if err != nil {
+			return ep, fmt.Errorf("agrl: agent failed at turn %d of %s: %w", len(ep.Turns)+1, task.ID, err)
+		}
+		turn := Turn{Text: text, Action: ParseAction(text)}
+		var res StepResult
+		if turn.Action.Kind == Invalid {
+			invalidRun++
+			res.Observation = "invalid action: " + turn.Action.Invalid
+		} else {
+			invalidRun = 0
+			res, err = safeStep(sess, turn.Action, lim.StepTimeout)
+			if err != nil {
+				ep.Turns = append(ep.Turns, turn)
+				ep.Termination, ep.Error = EnvError, err.Error()
+				return ep, nil
+			}
+		}
+		turn.Observation = TruncateObservation(res.Observation, MaxObservationBytes)
+		turn.ToolError = res.ToolError
+		if turn.Action.Kind == ToolCall && res.ToolError == "" && res.Observation == "" {
+			turn.Observation = "(no output)"
+		}
+		turn.Info = res.Info
+		ep.Turns = append(ep.Turns, turn)
+		used += len(text) + len(turn.Observation)
+
+		switch {
+		case turn.Action.Kind == AnswerAction:
+			ep.Answer, ep.Correct = turn.Action.Answer, res.Correct
+			ep.Termination = Answered
+			if turn.Action.GivesUp() {
+				ep.Termination, ep.Correct = GaveUp, false
+			}
+			return ep, nil
+		case res.Done:
+			ep.Termination = EnvEnded
+			return ep, nil
+		case invalidRun >= lim.MaxInvalid:
+			ep.Termination = TooManyInvalid
+			return ep, nil
+		case used > lim.MaxBytes:
+			ep.Termination = TokenBudget
+			return ep, nil
+		}
+	}
+}
+
+// safeStep runs one Step with a timeout, turning a panic or a hang into an error.
+func safeStep(sess Session, a Action, timeout time.Duration) (StepResult, error) {
+	type out struct {
+		res StepResult
+		err error
+	}
+	ch := make(chan out, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				ch <- out{err: fmt.Errorf("environment panicked on %s: %v", a, r)}
+			}
+		}()
+		ch <- out{res: sess.Step(a)}
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case o := <-ch:
+		return o.res, o.err
+	case <-timer.C:
+		return StepResult{}, fmt.Errorf("environment step timed out after %v on %s", timeout, a)
+	}
+}

@@ -1,0 +1,3 @@
+module agrl.dev
+
+go 1.26
