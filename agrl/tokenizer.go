@@ -1,0 +1,203 @@
+package agrl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Reserved token ids. Every Tokenizer numbers them the same way: the special tokens first, then
+// one token per protocol tag in the order of Tags, then the byte tokens of its alphabet.
+const (
+	// PAD fills sequences up to a bucket length; it is never predicted.
+	PAD int32 = 0
+	// BOS starts every episode.
+	BOS int32 = 1
+	// EOS ends a sequence; the sampler stops a sequence that writes it.
+	EOS int32 = 2
+	// UNK stands for a byte outside the tokenizer's alphabet.
+	UNK int32 = 3
+	// numSpecial counts PAD, BOS, EOS and UNK.
+	numSpecial = 4
+)
+
+// FirstTag is the id of Tags[0]; Tags[i] has id FirstTag+i.
+const FirstTag = numSpecial
+
+// unkText is what Decode writes for UNK: the Unicode replacement character.
+const unkText = "\uFFFD"
+
+// Tokenizer maps text to token ids and back, at the byte level: each protocol tag of Tags is
+// one token, every other byte of the alphabet is one token, and a byte outside the alphabet
+// becomes UNK (never an error). Decode(Encode(s)) == s for text whose bytes are all in the
+// alphabet.
+//
+// Training uses the exact token ids that were sampled or encoded once; text is never
+// re-tokenised. A Tokenizer is immutable and safe for concurrent use.
+type Tokenizer struct {
+	alphabet string     // the byte tokens, in id order
+	byByte   [256]int32 // byte -> id (UNK when absent)
+}
+
+// PrintableASCII is the default alphabet: newline, tab and the printable ASCII characters.
+const PrintableASCII = "\n\t !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~"
+
+// NewTokenizer returns a tokenizer over the given bytes (duplicates are ignored). An empty
+// alphabet is an error.
+func NewTokenizer(alphabet string) (*Tokenizer, error) {
+	var seen [256]bool
+	var b strings.Builder
+	for i := 0; i < len(alphabet); i++ {
+		if !seen[alphabet[i]] {
+			seen[alphabet[i]] = true
+			b.WriteByte(alphabet[i])
+		}
+	}
+	if b.Len() == 0 {
+		return nil, errors.New("agrl: NewTokenizer: empty alphabet")
+	}
+	t := &Tokenizer{alphabet: b.String()}
+	for i := range t.byByte {
+		t.byByte[i] = UNK
+	}
+	for i := 0; i < len(t.alphabet); i++ {
+		t.byByte[t.alphabet[i]] = int32(numSpecial+len(Tags)) + int32(i)
+	}
+	return t, nil
+}
+
+// ASCIITokenizer returns the default tokenizer: PrintableASCII bytes (vocabulary 109).
+func ASCIITokenizer() *Tokenizer { t, _ := NewTokenizer(PrintableASCII); return t }
+
+// ByteTokenizer returns a tokenizer over all 256 bytes (vocabulary 268): nothing maps to UNK.
+func ByteTokenizer() *Tokenizer {
+	var all [256]byte
+	for i := range all {
+		all[i] = byte(i)
+	}
+	t, _ := NewTokenizer(string(all[:]))
+	return t
+}
+
+// VocabSize is the number of token ids: specials, tags and alphabet.
+func (t *Tokenizer) VocabSize() int { return numSpecial + len(Tags) + len(t.alphabet) }
+
+// Alphabet returns the bytes that have their own token, in id order.
+func (t *Tokenizer) Alphabet() string { return t.alphabet }
+
+// TagID returns the token id of a protocol tag (one of Tags), or -1.
+func TagID(tag string) int32 {
+	for i, s := range Tags {
+		if s == tag {
+			return FirstTag + int32(i)
+		}
+	}
+	return -1
+}
+
+// Encode turns text into token ids: protocol tags become their token, other bytes their byte
+// token or UNK. It never fails.
+func (t *Tokenizer) Encode(text string) []int32 {
+	out := make([]int32, 0, len(text))
+	return t.AppendEncode(out, text)
+}
+
+// AppendEncode appends the tokens of text to dst.
+func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
+	for i := 0; i < len(text); {
+		if text[i] == '<' {
+			if id, n := matchTag(text[i:]); n > 0 {
+				dst = append(dst, id)
+				i += n
+				continue
+			}
+		}
+		dst = append(dst, t.byByte[text[i]])
+		i++
+	}
+	return dst
+}
+
+func matchTag(s string) (int32, int) {
+	for i, tag := range Tags {
+		if strings.HasPrefix(s, tag) {
+			return FirstTag + int32(i), len(tag)
+		}
+	}
+	return 0, 0
+}
+
+// Decode turns token ids back into text: PAD, BOS and EOS decode to nothing, UNK to U+FFFD,
+// tags to their text, ids out of range to U+FFFD.
+func (t *Tokenizer) Decode(ids []int32) string {
+	var b strings.Builder
+	for _, id := range ids {
+		b.WriteString(t.Token(id))
+	}
+	return b.String()
+}
+
+// Token returns the text of one token id (see Decode).
+func (t *Tokenizer) Token(id int32) string {
+	switch {
+	case id == PAD || id == BOS || id == EOS:
+		return ""
+	case id >= FirstTag && id < FirstTag+int32(len(Tags)):
+		return Tags[id-FirstTag]
+	case id >= FirstTag+int32(len(Tags)) && int(id) < t.VocabSize():
+		k := id - FirstTag - int32(len(Tags))
+		return t.alphabet[k : k+1]
+	default:
+		return unkText
+	}
+}
+
+// Describe returns a readable name of a token id ("<pad>", "<bos>", "'a'", "<tool>"…), for
+// tables and trajectory viewers.
+func (t *Tokenizer) Describe(id int32) string {
+	switch id {
+	case PAD:
+		return "<pad>"
+	case BOS:
+		return "<bos>"
+	case EOS:
+		return "<eos>"
+	case UNK:
+		return "<unk>"
+	}
+	s := t.Token(id)
+	if id >= FirstTag && id < FirstTag+int32(len(Tags)) {
+		return s
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// MarshalJSON stores the tokenizer as its alphabet.
+func (t *Tokenizer) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Alphabet []byte `json:"alphabet"`
+		Tags     []string
+	}{[]byte(t.alphabet), Tags})
+}
+
+// UnmarshalJSON reads a tokenizer written by MarshalJSON. It fails if the protocol tags changed
+// since it was written (the ids would no longer mean the same).
+func (t *Tokenizer) UnmarshalJSON(b []byte) error {
+	var v struct {
+		Alphabet []byte `json:"alphabet"`
+		Tags     []string
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	if strings.Join(v.Tags, " ") != strings.Join(Tags, " ") {
+		return fmt.Errorf("agrl: tokenizer was saved with tags %q, this build has %q", v.Tags, Tags)
+	}
+	nt, err := NewTokenizer(string(v.Alphabet))
+	if err != nil {
+		return err
+	}
+	*t = *nt
+	return nil
+}
