@@ -5,6 +5,7 @@ go 1.26.5
 require (
 	github.com/gomlx/compute v0.1.2
 	github.com/gomlx/go-xla v0.4.1
+	github.com/gomlx/gomlx v0.28.2
 )
 
 require (

@@ -1,0 +1,389 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/layers/activation"
+	"github.com/gomlx/gomlx/ml/model"
+	"github.com/gomlx/gomlx/ml/nn"
+)
+
+// LM configures a policy language model: a pre-LayerNorm decoder-only transformer with learned
+// positions over a byte-level Tokenizer. It is a value: every setter returns a copy, so
+// presets and sweeps never alias.
+//
+//	pol, err := agrl.TinyLM().Layers(4).Seed(7).Build()
+//
+// The zero value is not usable; start from TinyLM or SmallLM.
+type LM struct {
+	tok                                *Tokenizer
+	width, layers, heads, context, mlp int
+	backend                            string
+	seed                               uint64
+	initStd                            float64
+}
+
+// TinyLM is the CPU preset: the ASCII tokenizer (vocabulary 109), width 128, 2 layers, 4
+// heads, a 256-token context and a 512-wide MLP: about 0.45M parameters, trains in minutes on
+// two cores. The backend defaults to BackendFromEnv() (go:ops_sequential unless overridden).
+func TinyLM() LM {
+	return LM{tok: ASCIITokenizer(), width: 128, layers: 2, heads: 4, context: 256, mlp: 512, seed: 1, initStd: 0.02}
+}
+
+// SmallLM is the GPU preset: width 512, 8 layers, 8 heads, a 1024-token context and a 2048-wide
+// MLP (about 25M parameters). Pair it with Backend("xla:cuda").
+func SmallLM() LM {
+	return LM{tok: ASCIITokenizer(), width: 512, layers: 8, heads: 8, context: 1024, mlp: 2048, seed: 1, initStd: 0.02}
+}
+
+// Tokenizer sets the tokenizer; its VocabSize is the model's vocabulary.
+func (c LM) Tokenizer(t *Tokenizer) LM { c.tok = t; return c }
+
+// Width sets the model width d (the residual stream size).
+func (c LM) Width(d int) LM { c.width = d; return c }
+
+// Layers sets the number of transformer blocks.
+func (c LM) Layers(n int) LM { c.layers = n; return c }
+
+// Heads sets the number of attention heads; it must divide Width.
+func (c LM) Heads(n int) LM { c.heads = n; return c }
+
+// Context sets the longest sequence (prompt, actions and observations) the model reads.
+func (c LM) Context(n int) LM { c.context = n; return c }
+
+// MLP sets the hidden width of each block's feed-forward layer (usually 4×Width).
+func (c LM) MLP(n int) LM { c.mlp = n; return c }
+
+// Backend sets the compute backend configuration ("go:ops_sequential", "xla:cuda"…); ""
+// means BackendFromEnv(). See ParseBackend.
+func (c LM) Backend(config string) LM { c.backend = config; return c }
+
+// Seed sets the seed of the weight initialisation.
+func (c LM) Seed(seed uint64) LM { c.seed = seed; return c }
+
+// InitStd sets the standard deviation of the initial weights (0.02 as in GPT-2; the residual
+// projections are scaled down by 1/√(2·Layers)).
+func (c LM) InitStd(std float64) LM { c.initStd = std; return c }
+
+// Vocab returns the vocabulary size (the tokenizer's).
+func (c LM) Vocab() int {
+	if c.tok == nil {
+		return 0
+	}
+	return c.tok.VocabSize()
+}
+
+// ContextLen returns the configured context length.
+func (c LM) ContextLen() int { return c.context }
+
+// Params counts the model's trainable parameters.
+func (c LM) Params() int {
+	v, d, m := c.Vocab(), c.width, c.mlp
+	perLayer := 4*d + d*3*d + 3*d + d*d + d + d*m + m + m*d + d
+	return v*d + c.context*d + c.layers*perLayer + 2*d + d*v
+}
+
+// FLOPsPerToken estimates the floating-point operations of one forward pass per token at
+// sequence length t: 2 per weight multiply-add (embeddings excluded) plus attention's two
+// t-long dot products per head dimension (averaged over a causal sequence: t/2 keys).
+// A training step costs about 3× the forward pass.
+func (c LM) FLOPsPerToken(t int) float64 {
+	d, m, v := float64(c.width), float64(c.mlp), float64(c.Vocab())
+	weights := float64(c.layers)*(3*d*d+d*d+2*d*m) + d*v
+	attn := float64(c.layers) * 2 * d * float64(t) / 2
+	return 2*weights + 2*attn
+}
+
+// Validate reports every problem of the configuration at once, or nil.
+func (c LM) Validate() error {
+	var errs []error
+	if c.tok == nil {
+		errs = append(errs, errors.New("no tokenizer"))
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"width", c.width}, {"layers", c.layers}, {"heads", c.heads}, {"context", c.context}, {"mlp", c.mlp}} {
+		if p.v <= 0 {
+			errs = append(errs, fmt.Errorf("%s is %d; want > 0", p.name, p.v))
+		}
+	}
+	if c.heads > 0 && c.width%c.heads != 0 {
+		errs = append(errs, fmt.Errorf("width %d is not a multiple of heads %d", c.width, c.heads))
+	}
+	if c.context > 0 && c.context < 8 {
+		errs = append(errs, fmt.Errorf("context %d is shorter than 8 tokens", c.context))
+	}
+	if math.IsNaN(c.initStd) || c.initStd <= 0 || c.initStd > 1 {
+		errs = append(errs, fmt.Errorf("init std %v; want in (0, 1]", c.initStd))
+	}
+	if _, err := ParseBackend(c.backend); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: invalid LM: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Policy is a language-model policy: the weights (in a GoMLX model.Store, with the optimizer
+// state once trained), the tokenizer and the compiled graphs that score, sample and train.
+// Its methods are safe for concurrent use; they run one at a time.
+type Policy struct {
+	cfg     LM
+	tok     *Tokenizer
+	backend compute.Backend
+	store   *model.Store
+
+	mu        sync.Mutex
+	scoreExec *model.Exec
+	stepExec  *model.Exec
+}
+
+// Build validates the configuration, starts the backend and initialises the weights
+// deterministically from the seed.
+func (c LM) Build() (*Policy, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	backend, err := NewBackend(c.backend)
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{cfg: c, tok: c.tok, backend: backend, store: model.NewStore()}
+	if err := p.initWeights(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// MustBuild is Build for notebooks: it panics on error.
+func (c LM) MustBuild() *Policy {
+	p, err := c.Build()
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// Config returns the policy's configuration.
+func (p *Policy) Config() LM { return p.cfg }
+
+// Tokenizer returns the policy's tokenizer.
+func (p *Policy) Tokenizer() *Tokenizer { return p.tok }
+
+// Backend returns the compute backend the policy runs on.
+func (p *Policy) Backend() compute.Backend { return p.backend }
+
+// Store returns the GoMLX store holding the weights (under "/lm") and optimizer state.
+func (p *Policy) Store() *model.Store { return p.store }
+
+// lmScope is the scope of the model weights in the store.
+const lmScope = "/lm"
+
+// weightSpec describes one weight tensor.
+type weightSpec struct {
+	name string
+	dims []int
+	init string // "normal", "resid" (normal scaled for residual outputs), "ones", "zeros"
+}
+
+func (c LM) weightSpecs() []weightSpec {
+	d, m, v := c.width, c.mlp, c.Vocab()
+	specs := []weightSpec{{"embed", []int{v, d}, "normal"}, {"pos", []int{c.context, d}, "normal"}}
+	for l := range c.layers {
+		pre := fmt.Sprintf("layer%d/", l)
+		specs = append(specs,
+			weightSpec{pre + "ln1_g", []int{d}, "ones"}, weightSpec{pre + "ln1_b", []int{d}, "zeros"},
+			weightSpec{pre + "qkv_w", []int{d, 3 * d}, "normal"}, weightSpec{pre + "qkv_b", []int{3 * d}, "zeros"},
+			weightSpec{pre + "out_w", []int{d, d}, "resid"}, weightSpec{pre + "out_b", []int{d}, "zeros"},
+			weightSpec{pre + "ln2_g", []int{d}, "ones"}, weightSpec{pre + "ln2_b", []int{d}, "zeros"},
+			weightSpec{pre + "fc1_w", []int{d, m}, "normal"}, weightSpec{pre + "fc1_b", []int{m}, "zeros"},
+			weightSpec{pre + "fc2_w", []int{m, d}, "resid"}, weightSpec{pre + "fc2_b", []int{d}, "zeros"},
+		)
+	}
+	return append(specs, weightSpec{"lnf_g", []int{d}, "ones"}, weightSpec{"lnf_b", []int{d}, "zeros"},
+		weightSpec{"head_w", []int{d, v}, "normal"})
+}
+
+// initWeights creates every weight in the store from a seeded host RNG, so the same seed gives
+// the same model on every backend.
+func (p *Policy) initWeights() error {
+	rng := rand.New(rand.NewPCG(p.cfg.seed, 0x6167726c)) // "agrl"
+	residStd := p.cfg.initStd / math.Sqrt(2*float64(p.cfg.layers))
+	for _, w := range p.cfg.weightSpecs() {
+		n := 1
+		for _, d := range w.dims {
+			n *= d
+		}
+		data := make([]float32, n)
+		switch w.init {
+		case "normal", "resid":
+			std := p.cfg.initStd
+			if w.init == "resid" {
+				std = residStd
+			}
+			for i := range data {
+				data[i] = float32(rng.NormFloat64() * std)
+			}
+		case "ones":
+			for i := range data {
+				data[i] = 1
+			}
+		}
+		err := catch(func() error {
+			_, err := p.store.CreateVariable(model.JoinPath(lmScope, w.name), tensors.FromFlatDataAndDimensions(data, w.dims...))
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("agrl: creating weight %s: %w", w.name, err)
+		}
+	}
+	return nil
+}
+
+// weights are the model's variables as nodes of one graph.
+type weights struct {
+	embed, pos, lnfG, lnfB, head *graph.Node
+	layers                       []layerWeights
+}
+
+type layerWeights struct {
+	ln1G, ln1B, qkvW, qkvB, outW, outB, ln2G, ln2B, fc1W, fc1B, fc2W, fc2B *graph.Node
+}
+
+// graphWeights fetches the weight variables into graph g.
+func (c LM) graphWeights(store *model.Store, g *graph.Graph) (*weights, error) {
+	get := func(name string) (*graph.Node, error) {
+		v := store.GetVariable(model.JoinPath(lmScope, name))
+		if v == nil {
+			return nil, fmt.Errorf("weight %s/%s missing from the store", lmScope, name)
+		}
+		return v.NodeValue(g), nil
+	}
+	var errs []error
+	must := func(name string) *graph.Node {
+		n, err := get(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return n
+	}
+	w := &weights{embed: must("embed"), pos: must("pos"), lnfG: must("lnf_g"), lnfB: must("lnf_b"), head: must("head_w")}
+	for l := range c.layers {
+		pre := fmt.Sprintf("layer%d/", l)
+		w.layers = append(w.layers, layerWeights{
+			ln1G: must(pre + "ln1_g"), ln1B: must(pre + "ln1_b"), qkvW: must(pre + "qkv_w"), qkvB: must(pre + "qkv_b"),
+			outW: must(pre + "out_w"), outB: must(pre + "out_b"), ln2G: must(pre + "ln2_g"), ln2B: must(pre + "ln2_b"),
+			fc1W: must(pre + "fc1_w"), fc1B: must(pre + "fc1_b"), fc2W: must(pre + "fc2_w"), fc2B: must(pre + "fc2_b"),
+		})
+	}
+	return w, errors.Join(errs...)
+}
+
+const lnEps = 1e-5
+
+func layerNorm(x, g, b *graph.Node) *graph.Node { return nn.LayerNorm(x, []int{-1}, lnEps, g, b, nil) }
+
+func dense(x, w, b *graph.Node) *graph.Node {
+	return nn.Dense(x, w, b, compute.DenseLayoutInputOutputs)
+}
+
+// maskedLogit is added to the logits of tokens the policy may never write. It is finite so
+// that scoring a sequence that contains them (prompts, observations) never yields NaN.
+const maskedLogit = -1e9
+
+// bannedTokens lists the ids the policy never writes: padding, BOS, UNK and the observation
+// tags (the environment writes those).
+func bannedTokens() []int32 { return []int32{PAD, BOS, UNK, TagID(ObsOpen), TagID(ObsClose)} }
+
+// outputLogProbs turns final hidden states [..., d] into log-probabilities [..., V] at inverse
+// temperature invT (a scalar node): graph.LogSoftmax(logits·invT + ban). The sampler and the scorer
+// both call this, so temperature is applied identically in both.
+func (c LM) outputLogProbs(w *weights, x, invT *graph.Node) *graph.Node {
+	g := x.Graph()
+	x = layerNorm(x, w.lnfG, w.lnfB)
+	dims := x.Shape().Dimensions
+	n := x.Shape().Size() / c.width
+	logits := graph.Einsum("nd,dv->nv", graph.Reshape(x, n, c.width), w.head)            // [N, V]
+	logits = graph.Reshape(logits, append(dims[:len(dims)-1:len(dims)-1], c.Vocab())...) // [..., V]
+	ban := make([]float32, c.Vocab())
+	for _, id := range bannedTokens() {
+		ban[id] = maskedLogit
+	}
+	logits = graph.Add(graph.Mul(logits, invT), graph.ExpandLeftToRank(graph.Const(g, ban), logits.Rank()))
+	return graph.LogSoftmax(logits, -1)
+}
+
+// mlpBlock is the feed-forward half of a block: x + W2·gelu(W1·LN(x)).
+func mlpBlock(lw *layerWeights, x *graph.Node) *graph.Node {
+	h := layerNorm(x, lw.ln2G, lw.ln2B)
+	h = nn.Dense(h, lw.fc1W, lw.fc1B, compute.DenseLayoutInputOutputs, activation.TypeGelu)
+	return graph.Add(x, dense(h, lw.fc2W, lw.fc2B))
+}
+
+// splitHeads turns [B, T, 3d] projections into q, k, v shaped [B, H, T, hd].
+func (c LM) splitHeads(qkv *graph.Node) (q, k, v *graph.Node) {
+	b, t := qkv.Shape().Dimensions[0], qkv.Shape().Dimensions[1]
+	hd := c.width / c.heads
+	qkv = graph.Reshape(qkv, b, t, 3, c.heads, hd)   // [B, T, 3, H, hd]
+	qkv = graph.TransposeAllAxes(qkv, 2, 0, 3, 1, 4) // [3, B, H, T, hd]
+	parts := graph.Split(qkv, 0, 3)                  // 3 × [1, B, H, T, hd]
+	sq := func(n *graph.Node) *graph.Node { return graph.Reshape(n, b, c.heads, t, hd) }
+	return sq(parts[0]), sq(parts[1]), sq(parts[2])
+}
+
+// mergeHeads turns attention outputs [B, H, T, hd] into [B, T, d].
+func (c LM) mergeHeads(a *graph.Node) *graph.Node {
+	b, t := a.Shape().Dimensions[0], a.Shape().Dimensions[2]
+	return graph.Reshape(graph.TransposeAllAxes(a, 0, 2, 1, 3), b, t, c.width) // [B, T, H, hd] -> [B, T, d]
+}
+
+// forward runs the transformer over whole sequences tokens [B, T] (int32) and returns the
+// final hidden states [B, T, d]. Attention is causal.
+func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
+	g := tokens.Graph()
+	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	hd := c.width / c.heads
+	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))                         // [B, T, d]
+	x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
+	causal := graph.GreaterOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, t, t), 0),
+		graph.Iota(g, shapes.Make(dtypes.Int32, t, t), 1)) // [T, T]: key j visible from query i when j <= i
+	negInf := graph.Const(g, float32(maskedLogit))
+	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
+	for l := range w.layers {
+		lw := &w.layers[l]
+		h := layerNorm(x, lw.ln1G, lw.ln1B)
+		q, k, v := c.splitHeads(dense(h, lw.qkvW, lw.qkvB))          // [B, H, T, hd] each
+		s := graph.Mul(graph.Einsum("bhqd,bhkd->bhqk", q, k), scale) // [B, H, T, T]
+		s = graph.Where(graph.BroadcastToDims(graph.InsertAxes(causal, 0, 0), b, c.heads, t, t), s, negInf)
+		a := graph.Einsum("bhqk,bhkd->bhqd", graph.Softmax(s, -1), v) // [B, H, T, hd]
+		x = graph.Add(x, dense(c.mergeHeads(a), lw.outW, lw.outB))    // [B, T, d]
+		x = mlpBlock(lw, x)
+	}
+	return x
+}
+
+// tokenStats computes, for sequences tokens [B, T], the log-probability of each next token and
+// the entropy of each next-token distribution, both [B, T-1]: position i scores tokens[i+1]
+// given tokens[..i]. invT is a scalar inverse temperature.
+func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy *graph.Node) {
+	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	x := c.forward(w, tokens)                                                                   // [B, T, d]
+	lp := c.outputLogProbs(w, graph.Slice(x, graph.AxisRange(), graph.AxisRange(0, t-1)), invT) // [B, T-1, V]
+	targets := graph.Slice(tokens, graph.AxisRange(), graph.AxisRange(1, t))                    // [B, T-1]
+	onehot := graph.OneHot(targets, c.Vocab(), dtypes.Float32)                                  // [B, T-1, V]
+	logp = graph.ReduceSum(graph.Mul(lp, onehot), -1)                                           // [B, T-1]
+	entropy = graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1))                      // [B, T-1]
+	_ = b
+	return logp, entropy
+}

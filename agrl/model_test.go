@@ -1,0 +1,84 @@
+package agrl
+
+import (
+	"math"
+	"testing"
+)
+
+// testLM is the small configuration the tests use: fast to compile and run on two cores.
+func testLM() LM {
+	return TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("go:ops_sequential")
+}
+
+func TestLMValidate(t *testing.T) {
+	if err := TinyLM().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if err := SmallLM().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	err := TinyLM().Width(30).Heads(4).Layers(0).Backend("nope").Validate()
+	if err == nil {
+		t.Fatal("bad config accepted")
+	}
+	for _, want := range []string{"multiple of heads", "layers", "unknown backend"} {
+		if !contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	base := TinyLM()
+	_ = base.Width(64)
+	if base.width != 128 {
+		t.Error("setter changed the receiver")
+	}
+	if n := TinyLM().Params(); n < 400_000 || n > 600_000 {
+		t.Errorf("TinyLM has %d params", n)
+	}
+}
+
+func contains(s, sub string) bool {
+	return len(sub) == 0 || (len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub)))
+}
+
+func TestScoreShapes(t *testing.T) {
+	p := testLM().MustBuild()
+	tok := p.Tokenizer()
+	seqs := [][]int32{
+		append([]int32{BOS}, tok.Encode("What is 2+2?<answer>4</answer>")...),
+		append([]int32{BOS}, tok.Encode("hi")...),
+	}
+	sc, err := p.Score(seqs, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range sc {
+		if len(s.LogProbs) != len(seqs[i])-1 || len(s.Entropy) != len(seqs[i])-1 {
+			t.Fatalf("seq %d: %d logprobs for %d tokens", i, len(s.LogProbs), len(seqs[i]))
+		}
+		for j, lp := range s.LogProbs {
+			// An untrained model is close to uniform over the allowed tokens.
+			if lp > 0 || lp < -10 || math.IsNaN(float64(lp)) {
+				t.Errorf("seq %d pos %d: logp %v", i, j, lp)
+			}
+			if e := s.Entropy[j]; e <= 0 || e > float32(math.Log(float64(p.Config().Vocab()))) {
+				t.Errorf("entropy %v", e)
+			}
+		}
+	}
+	// A causal model: a sequence's scores do not depend on what follows or on padding.
+	short, err := p.Score(seqs[1:], 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range short[0].LogProbs {
+		if d := math.Abs(float64(short[0].LogProbs[j] - sc[1].LogProbs[j])); d > 1e-5 {
+			t.Errorf("pos %d differs by %g with different batch padding", j, d)
+		}
+	}
+	if _, err := p.Score([][]int32{{BOS}}, 1); err == nil {
+		t.Error("1-token sequence accepted")
+	}
+	if _, err := p.Score([][]int32{{BOS, 9999}}, 1); err == nil {
+		t.Error("out-of-vocabulary token accepted")
+	}
+}

@@ -1,0 +1,192 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// Graphs are compiled once per input shape (20–50 ms each on the go backend), so batch sizes
+// and lengths are rounded up to a few buckets.
+
+// lenBuckets are the sequence lengths graphs are compiled for (capped by the context).
+var lenBuckets = []int{16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096}
+
+// bucketLen rounds n up to a length bucket, at most max (n must be <= max).
+func bucketLen(n, max int) int {
+	for _, b := range lenBuckets {
+		if b >= n {
+			if b > max {
+				return max
+			}
+			return b
+		}
+	}
+	return max
+}
+
+// bucketBatch rounds a batch size up to a power of two.
+func bucketBatch(n int) int {
+	b := 1
+	for b < n {
+		b *= 2
+	}
+	return b
+}
+
+// maxExecCache is the number of compiled shapes each executor keeps.
+const maxExecCache = 128
+
+// newExec builds a model executor over the policy's store, with panics in graph building
+// reported as errors by GoMLX.
+func (p *Policy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
+	var e *model.Exec
+	err := catch(func() error {
+		var err error
+		e, err = model.NewExec(p.backend, p.store, fn)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agrl: building %s executor: %w", name, err)
+	}
+	e.SetMaxCache(maxExecCache)
+	return e, nil
+}
+
+// call runs an executor, turning panics into errors.
+func call(e *model.Exec, args ...any) (out []*tensors.Tensor, err error) {
+	err = catch(func() error {
+		var err error
+		out, err = e.Exec(args...)
+		return err
+	})
+	return out, err
+}
+
+// mustWeights fetches the weights into g or panics (inside graph building, where GoMLX turns
+// the panic into an error).
+func (p *Policy) mustWeights(g *graph.Graph) *weights {
+	w, err := p.cfg.graphWeights(p.store, g)
+	if err != nil {
+		panic(err)
+	}
+	return w
+}
+
+// invTemperature maps a sampling temperature to the inverse temperature the graphs use.
+// Temperature 0 (greedy decoding) scores at temperature 1.
+func invTemperature(t float64) float32 {
+	if t <= 0 {
+		return 1
+	}
+	return float32(1 / t)
+}
+
+// TokenScores are the per-token statistics of one sequence under the policy: entry i is about
+// token i+1 given tokens 0..i, so both slices are one shorter than the sequence.
+type TokenScores struct {
+	// LogProbs are log π(token[i+1] | token[..i]) at the scoring temperature.
+	LogProbs []float32
+	// Entropy is the entropy (nats) of the next-token distribution at position i.
+	Entropy []float32
+}
+
+// scoreChunk is the largest batch scored by one graph call.
+const scoreChunk = 64
+
+// Score computes the log-probability and entropy of every next token of each sequence at the
+// given temperature (use the temperature the tokens were sampled at: the sampler applies it
+// the same way, so log-probs agree). Sequences must start with BOS, hold at least two tokens
+// and fit the context.
+func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	if err := p.checkSeqs(seqs); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.scoreExec == nil {
+		e, err := p.newExec("score", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
+			w := p.mustWeights(in[0].Graph())
+			logp, ent := p.cfg.tokenStats(w, in[0], in[1])
+			return []*graph.Node{logp, ent}
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.scoreExec = e
+	}
+	out := make([]TokenScores, len(seqs))
+	invT := invTemperature(temperature)
+	for lo := 0; lo < len(seqs); lo += scoreChunk {
+		hi := min(lo+scoreChunk, len(seqs))
+		tok, _ := p.padBatch(seqs[lo:hi])
+		res, err := call(p.scoreExec, tok, invT)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: Score: %w", err)
+		}
+		logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
+		tm1 := res[0].Shape().Dimensions[1]
+		for i, s := range seqs[lo:hi] {
+			n := len(s) - 1
+			out[lo+i] = TokenScores{
+				LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
+				Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
+			}
+		}
+		for _, r := range res {
+			r.FinalizeAll()
+		}
+	}
+	return out, nil
+}
+
+// checkSeqs validates sequences given to Score and training.
+func (p *Policy) checkSeqs(seqs [][]int32) error {
+	var errs []error
+	v := int32(p.cfg.Vocab())
+	for i, s := range seqs {
+		switch {
+		case len(s) < 2:
+			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; want at least 2", i, len(s)))
+		case len(s) > p.cfg.context:
+			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), p.cfg.context))
+		}
+		for j, t := range s {
+			if t < 0 || t >= v {
+				errs = append(errs, fmt.Errorf("sequence %d token %d is %d, outside the vocabulary [0,%d)", i, j, t, v))
+				break
+			}
+		}
+		if len(errs) > 10 {
+			break
+		}
+	}
+	if len(seqs) == 0 {
+		errs = append(errs, errors.New("no sequences"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: bad token sequences: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// padBatch packs sequences into a [bucketBatch(n), bucketLen(maxLen)] int32 tensor padded with
+// PAD (padding rows are all PAD). It returns the tensor and the padded length.
+func (p *Policy) padBatch(seqs [][]int32) (*tensors.Tensor, int) {
+	maxLen := 0
+	for _, s := range seqs {
+		maxLen = max(maxLen, len(s))
+	}
+	b, t := bucketBatch(len(seqs)), bucketLen(maxLen, p.cfg.context)
+	flat := make([]int32, b*t)
+	for i, s := range seqs {
+		copy(flat[i*t:], s)
+	}
+	return tensors.FromFlatDataAndDimensions(flat, b, t), t
+}
+
+var _ = dtypes.Float32
