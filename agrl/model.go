@@ -387,3 +387,60 @@ func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy *gra
 	_ = b
 	return logp, entropy
 }
+
+// extend runs the model over a chunk of new tokens per sequence with a KV cache, the
+// incremental half of sampling. The go backend has no DynamicUpdateSlice, so rows are written
+// into the cache with ScatterSum (the rows written are zero beforehand) and attention reads
+// the whole cache, masked to the positions each query may see.
+//
+//	tokens [B, K] int32: the chunk; row b holds count[b] valid tokens (the rest are ignored)
+//	start  [B] int32:    the position of tokens[b, 0] (the number of tokens already cached)
+//	count  [B] int32:    valid tokens per row, 0 for a sequence that is idle this step
+//	invT   scalar:       inverse temperature
+//	caches 2·Layers × [B, H, C, hd]: keys and values of each layer (donated, updated)
+//
+// It returns the log-probabilities [B, V] of the token after each row's last valid token, and
+// the updated caches.
+func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []*graph.Node) (*graph.Node, []*graph.Node) {
+	g := tokens.Graph()
+	b, k := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	cl := caches[0].Shape().Dimensions[2] // cache length C
+	hd := c.width / c.heads
+	i32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Int32, dims...) }
+
+	kIota := graph.Iota(g, i32(b, k), 1)                              // [B, K]
+	pos := graph.Add(graph.InsertAxes(start, -1), kIota)              // [B, K] absolute positions
+	valid := graph.LessThan(kIota, graph.InsertAxes(count, -1))       // [B, K]
+	posC := graph.Min(pos, graph.Const(g, int32(cl-1)))               // [B, K] clamped into the cache
+	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))          // [B, K, d]
+	x = graph.Add(x, graph.Gather(w.pos, graph.InsertAxes(posC, -1))) // + pos[posC]
+	validF := graph.ConvertDType(valid, dtypes.Float32)               // [B, K]
+	rowMask := graph.Reshape(validF, b, 1, k, 1)                      // [B, 1, K, 1]
+	bhk := i32(b, c.heads, k)
+	idx := graph.Stack([]*graph.Node{ // [B, H, K, 3]: (b, h, pos) of each new cache row
+		graph.Iota(g, bhk, 0), graph.Iota(g, bhk, 1),
+		graph.BroadcastToDims(graph.InsertAxes(posC, 1), b, c.heads, k),
+	}, -1)
+	visible := graph.LessOrEqual(graph.Iota(g, i32(b, 1, k, cl), 3), graph.Reshape(pos, b, 1, k, 1)) // [B, 1, K, C]
+	visible = graph.BroadcastToDims(visible, b, c.heads, k, cl)                                      // [B, H, K, C]
+	negInf := graph.Const(g, float32(maskedLogit))
+	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
+	out := make([]*graph.Node, len(caches))
+	for l := range w.layers {
+		lw := &w.layers[l]
+		h := layerNorm(x, lw.ln1G, lw.ln1B)
+		q, kk, v := c.splitHeads(dense(h, lw.qkvW, lw.qkvB))                            // [B, H, K, hd]
+		kc := graph.ScatterSum(caches[2*l], idx, graph.Mul(kk, rowMask), false, false)  // [B, H, C, hd]
+		vc := graph.ScatterSum(caches[2*l+1], idx, graph.Mul(v, rowMask), false, false) // [B, H, C, hd]
+		out[2*l], out[2*l+1] = kc, vc
+		s := graph.Mul(graph.Einsum("bhqd,bhkd->bhqk", q, kc), scale) // [B, H, K, C]
+		s = graph.Where(visible, s, negInf)
+		a := graph.Einsum("bhqk,bhkd->bhqd", graph.Softmax(s, -1), vc) // [B, H, K, hd]
+		x = graph.Add(x, dense(c.mergeHeads(a), lw.outW, lw.outB))     // [B, K, d]
+		x = mlpBlock(lw, x)
+	}
+	last := graph.Max(graph.Sub(count, graph.Const(g, int32(1))), graph.Const(g, int32(0))) // [B]
+	pick := graph.OneHot(last, k, dtypes.Float32)                                           // [B, K]
+	xLast := graph.Einsum("bk,bkd->bd", pick, x)                                            // [B, d]
+	return c.outputLogProbs(w, xLast, invT), out                                            // [B, V]
+}

@@ -1,0 +1,392 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// Sampling configures how the policy draws tokens. The zero value decodes greedily.
+type Sampling struct {
+	// Temperature divides the logits before the softmax; 0 decodes greedily (log-probs are then
+	// recorded at temperature 1). The scorer applies a temperature the same way, so score with
+	// the temperature the tokens were sampled at. TrainSampling uses 0.8, EvalSampling 0.3.
+	Temperature float64 `json:"temperature"`
+	// TopK keeps only the K most likely tokens (0: all).
+	TopK int `json:"top_k,omitempty"`
+	// TopP keeps the smallest set of most likely tokens whose probability reaches TopP (0 or
+	// 1: all). With TopK or TopP set, the recorded log-probs are still those of the full
+	// tempered distribution (as the scorer computes them), so the sampled tokens are slightly
+	// off-policy, as in TRL and verl.
+	TopP float64 `json:"top_p,omitempty"`
+	// Seed seeds the draws. Sequence i of a batch draws from its own stream (Seed, i), so the
+	// same seed gives the same samples.
+	Seed uint64 `json:"seed"`
+	// MaxActionTokens caps the tokens of one action (0: only the context budget caps it).
+	MaxActionTokens int `json:"max_action_tokens,omitempty"`
+}
+
+// TrainSampling is the sampling used to collect training rollouts: temperature 0.8.
+func TrainSampling(seed uint64) Sampling { return Sampling{Temperature: 0.8, Seed: seed} }
+
+// EvalSampling is the sampling used for evaluation: temperature 0.3.
+func EvalSampling(seed uint64) Sampling { return Sampling{Temperature: 0.3, Seed: seed} }
+
+// Validate reports what is wrong with the settings, or nil.
+func (s Sampling) Validate() error {
+	var errs []error
+	if math.IsNaN(s.Temperature) || s.Temperature < 0 || s.Temperature > 100 {
+		errs = append(errs, fmt.Errorf("temperature %v; want 0 (greedy) or in (0, 100]", s.Temperature))
+	}
+	if s.TopK < 0 {
+		errs = append(errs, fmt.Errorf("top-k %d; want >= 0", s.TopK))
+	}
+	if math.IsNaN(s.TopP) || s.TopP < 0 || s.TopP > 1 {
+		errs = append(errs, fmt.Errorf("top-p %v; want in [0, 1]", s.TopP))
+	}
+	if s.MaxActionTokens < 0 {
+		errs = append(errs, fmt.Errorf("max action tokens %d; want >= 0", s.MaxActionTokens))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: invalid sampling: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// StopReason says why the sampler ended an action.
+type StopReason string
+
+const (
+	// StopTag: the action ended with a closing </tool> or </answer> tag.
+	StopTag StopReason = "tag"
+	// StopEOS: the policy wrote EOS.
+	StopEOS StopReason = "eos"
+	// StopLength: the action reached Sampling.MaxActionTokens.
+	StopLength StopReason = "length"
+	// StopBudget: the sequence filled its token budget.
+	StopBudget StopReason = "budget"
+)
+
+// Completion is one action the policy wrote: the exact sampled token ids and the log-probs
+// recorded when they were drawn.
+type Completion struct {
+	Tokens   []int32
+	LogProbs []float32
+	Stop     StopReason
+}
+
+// isStopToken reports whether the sampler ends an action on id.
+func isStopToken(id int32) (StopReason, bool) {
+	switch id {
+	case TagID(ToolClose), TagID(AnswerClose):
+		return StopTag, true
+	case EOS:
+		return StopEOS, true
+	}
+	return "", false
+}
+
+// chunkBuckets are the chunk widths K of the incremental graph: 1 while decoding, larger to
+// read prompts and observations.
+var chunkBuckets = []int{1, 4, 16, 64}
+
+// Decoder generates from a batch of sequences with a KV cache. Each sequence starts from a
+// prompt (Start); Run then samples actions until the callback stops them, appending the
+// tokens it returns (observations) to the context without recomputing the prefix. All
+// sequences advance together, one graph call per step, each reading its own pending tokens or
+// writing its next one.
+//
+// A Decoder is not safe for concurrent use; it holds the policy only during each step.
+type Decoder struct {
+	p        *Policy
+	s        Sampling
+	capacity int // tokens per sequence
+	b, c     int // padded batch, cache length
+	caches   []*tensors.Tensor
+	seqs     []decSeq
+	invT     float32
+
+	// Steps counts graph calls; Fed counts tokens read (prompt, observation and sampled).
+	Steps, Fed int
+}
+
+type decSeq struct {
+	started    bool
+	fed        int     // tokens in the cache
+	pending    []int32 // tokens to read before the next draw
+	generating bool
+	action     []int32
+	actionLogp []float32
+	rng        *rand.Rand
+}
+
+// NewDecoder prepares a batch of n sequences of at most capacity tokens each (capacity at most
+// the model's context). The KV cache is sized to capacity rounded up to a length bucket.
+func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	if n <= 0 {
+		return nil, fmt.Errorf("agrl: NewDecoder: batch of %d sequences", n)
+	}
+	if capacity < 2 || capacity > p.cfg.context {
+		return nil, fmt.Errorf("agrl: NewDecoder: capacity %d tokens; want 2..%d (the context)", capacity, p.cfg.context)
+	}
+	d := &Decoder{p: p, s: s, capacity: capacity, b: bucketBatch(n), c: bucketLen(capacity, p.cfg.context),
+		seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
+	hd := p.cfg.width / p.cfg.heads
+	for range 2 * p.cfg.layers {
+		d.caches = append(d.caches, tensors.FromShape(shapes.Make(dtypes.Float32, d.b, p.cfg.heads, d.c, hd)))
+	}
+	for i := range d.seqs {
+		d.seqs[i].rng = rand.New(rand.NewPCG(s.Seed, uint64(i)))
+	}
+	return d, nil
+}
+
+// Len returns the number of tokens sequence i holds (read or pending).
+func (d *Decoder) Len(i int) int { return d.seqs[i].fed + len(d.seqs[i].pending) }
+
+// Room returns how many more tokens sequence i can hold.
+func (d *Decoder) Room(i int) int { return d.capacity - d.Len(i) }
+
+// Start gives sequence i its prompt (the tokens, usually BOS and the encoded prompt text, are
+// read, not sampled) and marks it to generate.
+func (d *Decoder) Start(i int, prompt []int32) error {
+	if i < 0 || i >= len(d.seqs) {
+		return fmt.Errorf("agrl: Decoder.Start: sequence %d of %d", i, len(d.seqs))
+	}
+	sq := &d.seqs[i]
+	if sq.started {
+		return fmt.Errorf("agrl: Decoder.Start: sequence %d already started", i)
+	}
+	if len(prompt) == 0 || len(prompt) >= d.capacity {
+		return fmt.Errorf("agrl: Decoder.Start: prompt of %d tokens for a capacity of %d", len(prompt), d.capacity)
+	}
+	v := int32(d.p.cfg.Vocab())
+	for _, t := range prompt {
+		if t < 0 || t >= v {
+			return fmt.Errorf("agrl: Decoder.Start: token %d outside the vocabulary", t)
+		}
+	}
+	sq.started, sq.generating = true, true
+	sq.pending = slices.Clone(prompt)
+	return nil
+}
+
+// NextFunc is called by Run each time sequence i finishes an action. It returns the tokens to
+// append to the context before the next action (the observation; at most Room(i) tokens) and
+// whether the sequence goes on to write another action.
+type NextFunc func(i int, c Completion) (more []int32, cont bool)
+
+// Run samples until every started sequence has been stopped by next.
+func (d *Decoder) Run(next NextFunc) error {
+	for {
+		maxPend := 0
+		for i := range d.seqs {
+			maxPend = max(maxPend, len(d.seqs[i].pending))
+		}
+		if maxPend == 0 {
+			return nil
+		}
+		k := chunkBuckets[len(chunkBuckets)-1]
+		for _, c := range chunkBuckets {
+			if c >= maxPend {
+				k = c
+				break
+			}
+		}
+		counts, logp, err := d.step(k)
+		if err != nil {
+			return err
+		}
+		v := d.p.cfg.Vocab()
+		for i := range d.seqs {
+			sq := &d.seqs[i]
+			if counts[i] == 0 || len(sq.pending) > 0 || !sq.generating {
+				continue
+			}
+			tok, lp := d.draw(sq, logp[i*v:(i+1)*v])
+			sq.action = append(sq.action, tok)
+			sq.actionLogp = append(sq.actionLogp, lp)
+			sq.pending = append(sq.pending, tok)
+			reason, stop := isStopToken(tok)
+			switch {
+			case stop:
+			case d.s.MaxActionTokens > 0 && len(sq.action) >= d.s.MaxActionTokens:
+				reason, stop = StopLength, true
+			case d.Len(i) >= d.capacity:
+				reason, stop = StopBudget, true
+			}
+			if !stop {
+				continue
+			}
+			comp := Completion{Tokens: sq.action, LogProbs: sq.actionLogp, Stop: reason}
+			sq.action, sq.actionLogp = nil, nil
+			more, cont := next(i, comp)
+			if !cont {
+				sq.generating, sq.pending = false, nil
+				continue
+			}
+			if len(more) > d.Room(i) {
+				return fmt.Errorf("agrl: Decoder: sequence %d: %d tokens appended with room for %d", i, len(more), d.Room(i))
+			}
+			if d.Room(i)-len(more) < 1 {
+				return fmt.Errorf("agrl: Decoder: sequence %d has no room left to write an action", i)
+			}
+			sq.pending = append(sq.pending, more...)
+		}
+	}
+}
+
+// step reads up to k pending tokens of every sequence and returns how many each read, and the
+// next-token log-probs [n·V] after them.
+func (d *Decoder) step(k int) ([]int, []float32, error) {
+	p := d.p
+	tok := make([]int32, d.b*k)
+	start := make([]int32, d.b)
+	count := make([]int32, d.b)
+	counts := make([]int, len(d.seqs))
+	for i := range d.seqs {
+		sq := &d.seqs[i]
+		n := min(len(sq.pending), k)
+		copy(tok[i*k:], sq.pending[:n])
+		start[i], count[i], counts[i] = int32(sq.fed), int32(n), n
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stepExec == nil {
+		layers := p.cfg.layers
+		e, err := p.newExec("sample", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
+			w := p.mustWeights(in[0].Graph())
+			logp, caches := p.cfg.extend(w, in[0], in[1], in[2], in[3], in[4:4+2*layers])
+			return append([]*graph.Node{logp}, caches...)
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		p.stepExec = e
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(tok, d.b, k), tensors.FromFlatDataAndDimensions(start, d.b),
+		tensors.FromFlatDataAndDimensions(count, d.b), d.invT}
+	for _, c := range d.caches {
+		don, err := graph.DonateTensorBuffer(c, p.backend, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agrl: Decoder: %w", err)
+		}
+		args = append(args, don)
+	}
+	d.caches = nil // donated: the outputs replace them
+	out, err := call(p.stepExec, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("agrl: Decoder step: %w", err)
+	}
+	d.caches = out[1:]
+	logp := tensors.MustCopyFlatData[float32](out[0])
+	_ = out[0].FinalizeAll()
+	for i := range d.seqs {
+		sq := &d.seqs[i]
+		sq.fed += counts[i]
+		sq.pending = sq.pending[counts[i]:]
+		d.Fed += counts[i]
+	}
+	d.Steps++
+	return counts, logp, nil
+}
+
+// draw samples one token from a row of log-probs and returns it with its log-prob.
+func (d *Decoder) draw(sq *decSeq, logp []float32) (int32, float32) {
+	if d.s.Temperature <= 0 {
+		best := 0
+		for j, lp := range logp {
+			if lp > logp[best] {
+				best = j
+			}
+		}
+		return int32(best), logp[best]
+	}
+	ids := make([]int, 0, len(logp))
+	for j, lp := range logp {
+		if lp > maskedLogit/2 {
+			ids = append(ids, j)
+		}
+	}
+	if d.s.TopK > 0 || (d.s.TopP > 0 && d.s.TopP < 1) {
+		sort.SliceStable(ids, func(a, b int) bool { return logp[ids[a]] > logp[ids[b]] })
+		if d.s.TopK > 0 && len(ids) > d.s.TopK {
+			ids = ids[:d.s.TopK]
+		}
+		if d.s.TopP > 0 && d.s.TopP < 1 {
+			cum := 0.0
+			for j, id := range ids {
+				cum += math.Exp(float64(logp[id]))
+				if cum >= d.s.TopP {
+					ids = ids[:j+1]
+					break
+				}
+			}
+		}
+	}
+	total := 0.0
+	for _, id := range ids {
+		total += math.Exp(float64(logp[id]))
+	}
+	u := sq.rng.Float64() * total
+	for _, id := range ids {
+		u -= math.Exp(float64(logp[id]))
+		if u <= 0 {
+			return int32(id), logp[id]
+		}
+	}
+	last := ids[len(ids)-1]
+	return int32(last), logp[last]
+}
+
+// Close releases the KV cache.
+func (d *Decoder) Close() {
+	for _, c := range d.caches {
+		_ = c.FinalizeAll()
+	}
+	d.caches = nil
+}
+
+// Complete samples one action after each prompt (at most maxNew tokens, fewer if the context
+// fills): the single-turn use of a Decoder.
+func (p *Policy) Complete(prompts [][]int32, maxNew int, s Sampling) ([]Completion, error) {
+	if len(prompts) == 0 {
+		return nil, nil
+	}
+	if maxNew <= 0 {
+		return nil, fmt.Errorf("agrl: Complete: maxNew %d", maxNew)
+	}
+	longest := 0
+	for _, pr := range prompts {
+		longest = max(longest, len(pr))
+	}
+	s.MaxActionTokens = maxNew
+	d, err := p.NewDecoder(len(prompts), min(longest+maxNew, p.cfg.context), s)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	for i, pr := range prompts {
+		if err := d.Start(i, pr); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Completion, len(prompts))
+	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+		out[i] = c
+		return nil, false
+	})
+	return out, err
+}
