@@ -373,19 +373,21 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 	return x
 }
 
-// tokenStats computes, for sequences tokens [B, T], the log-probability of each next token and
-// the entropy of each next-token distribution, both [B, T-1]: position i scores tokens[i+1]
-// given tokens[..i]. invT is a scalar inverse temperature.
-func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy *graph.Node) {
-	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+// tokenStats computes, for sequences tokens [B, T], the log-probability of each next token,
+// the entropy of each next-token distribution and whether the next token is the most likely
+// one (1 or 0), all [B, T-1]: position i is about tokens[i+1] given tokens[..i]. invT is a
+// scalar inverse temperature.
+func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy, top1 *graph.Node) {
+	t := tokens.Shape().Dimensions[1]
 	x := c.forward(w, tokens)                                                                   // [B, T, d]
 	lp := c.outputLogProbs(w, graph.Slice(x, graph.AxisRange(), graph.AxisRange(0, t-1)), invT) // [B, T-1, V]
 	targets := graph.Slice(tokens, graph.AxisRange(), graph.AxisRange(1, t))                    // [B, T-1]
 	onehot := graph.OneHot(targets, c.Vocab(), dtypes.Float32)                                  // [B, T-1, V]
 	logp = graph.ReduceSum(graph.Mul(lp, onehot), -1)                                           // [B, T-1]
 	entropy = graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1))                      // [B, T-1]
-	_ = b
-	return logp, entropy
+	best := graph.StopGradient(graph.ReduceMax(lp, -1))                                         // [B, T-1]
+	top1 = graph.ConvertDType(graph.GreaterOrEqual(graph.StopGradient(logp), best), dtypes.Float32)
+	return logp, entropy, top1
 }
 
 // extend runs the model over a chunk of new tokens per sequence with a KV cache, the

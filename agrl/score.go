@@ -111,7 +111,7 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	if p.scoreExec == nil {
 		e, err := p.newExec("score", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
 			w := p.mustWeights(in[0].Graph())
-			logp, ent := p.cfg.tokenStats(w, in[0], in[1])
+			logp, ent, _ := p.cfg.tokenStats(w, in[0], in[1])
 			return []*graph.Node{logp, ent}
 		})
 		if err != nil {

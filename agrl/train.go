@@ -1,0 +1,437 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// AdamW configures the optimizer of a Trainer: Adam with decoupled weight decay (Loshchilov &
+// Hutter 2019) on the weight matrices and embeddings (not on biases and LayerNorm gains),
+// global-norm gradient clipping and a linear warm-up. It is a value: setters return copies.
+type AdamW struct {
+	lr, beta1, beta2, eps, decay, clip float64
+	warmup                             int
+}
+
+// NewAdamW returns the defaults: learning rate 3e-4, betas (0.9, 0.95), epsilon 1e-8, weight
+// decay 0.01, gradient clipping at global norm 1 and no warm-up.
+func NewAdamW() AdamW {
+	return AdamW{lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, decay: 0.01, clip: 1}
+}
+
+// LR sets the peak learning rate.
+func (o AdamW) LR(lr float64) AdamW { o.lr = lr; return o }
+
+// Betas sets Adam's moment decay rates.
+func (o AdamW) Betas(beta1, beta2 float64) AdamW { o.beta1, o.beta2 = beta1, beta2; return o }
+
+// Eps sets Adam's epsilon.
+func (o AdamW) Eps(eps float64) AdamW { o.eps = eps; return o }
+
+// WeightDecay sets the decoupled weight decay (0: plain Adam).
+func (o AdamW) WeightDecay(wd float64) AdamW { o.decay = wd; return o }
+
+// ClipNorm sets the global gradient norm above which gradients are scaled down (0: no clipping).
+func (o AdamW) ClipNorm(c float64) AdamW { o.clip = c; return o }
+
+// Warmup sets the number of steps over which the learning rate rises linearly to LR.
+func (o AdamW) Warmup(steps int) AdamW { o.warmup = steps; return o }
+
+// LearningRate returns the learning rate at (1-based) step.
+func (o AdamW) LearningRate(step int) float64 {
+	if o.warmup > 0 && step < o.warmup {
+		return o.lr * float64(step) / float64(o.warmup)
+	}
+	return o.lr
+}
+
+// Validate reports every problem of the settings at once, or nil.
+func (o AdamW) Validate() error {
+	var errs []error
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+	if bad(o.lr) || o.lr <= 0 || o.lr > 1 {
+		errs = append(errs, fmt.Errorf("learning rate %v; want in (0, 1]", o.lr))
+	}
+	if bad(o.beta1) || o.beta1 < 0 || o.beta1 >= 1 || bad(o.beta2) || o.beta2 < 0 || o.beta2 >= 1 {
+		errs = append(errs, fmt.Errorf("betas (%v, %v); want in [0, 1)", o.beta1, o.beta2))
+	}
+	if bad(o.eps) || o.eps <= 0 {
+		errs = append(errs, fmt.Errorf("epsilon %v; want > 0", o.eps))
+	}
+	if bad(o.decay) || o.decay < 0 {
+		errs = append(errs, fmt.Errorf("weight decay %v; want >= 0", o.decay))
+	}
+	if bad(o.clip) || o.clip < 0 {
+		errs = append(errs, fmt.Errorf("clip norm %v; want >= 0", o.clip))
+	}
+	if o.warmup < 0 {
+		errs = append(errs, fmt.Errorf("warm-up %d steps; want >= 0", o.warmup))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: invalid AdamW: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// decays reports whether weight decay applies to the named weight.
+func decays(name string) bool {
+	base := name[strings.LastIndex(name, "/")+1:]
+	return strings.HasSuffix(base, "_w") || base == "embed" || base == "pos"
+}
+
+// TrainBatch is one batch of token sequences for a Trainer. Per-token values are aligned with
+// Tokens: entry j belongs to token j (entry 0, the BOS, is never a target), exactly like
+// Episode.Tokens, Episode.LossMask and Episode.LogProbs.
+type TrainBatch struct {
+	Tokens [][]int32
+	// Values holds the per-token inputs the loss reads, by name ("mask", "adv", "old_logp"…);
+	// every name the Trainer was built with must be present.
+	Values map[string][][]float32
+}
+
+// LossInputs are the graph nodes a LossFunc builds its loss from. Every node is [B, T-1]
+// float32, about the target token j+1 at position j; rows and positions that are padding have
+// Valid 0 and every value 0.
+type LossInputs struct {
+	// LogProbs are log π(token[j+1] | token[..j]) under the current weights, at the trainer's
+	// temperature; Entropy the entropy of that next-token distribution.
+	LogProbs, Entropy *graph.Node
+	// Top1 is 1 where the target is the most likely token (for accuracies), else 0.
+	Top1 *graph.Node
+	// Values are the batch's per-token values, shifted to align with the targets.
+	Values map[string]*graph.Node
+	// Valid is 1 on real target tokens and 0 on padding.
+	Valid *graph.Node
+}
+
+// LossFunc builds a scalar loss (to minimise) and named scalar metrics from a batch's
+// per-token statistics. Mask it yourself: only policy-generated tokens belong in the loss.
+type LossFunc func(in LossInputs) (loss *graph.Node, metrics map[string]*graph.Node)
+
+// Trainer takes optimizer steps on a Policy with a given loss. Its AdamW state lives in the
+// policy's store under "/opt/<name>", so checkpoints save it and a resumed run continues with
+// the same moments and step count.
+type Trainer struct {
+	p        *Policy
+	name     string
+	opt      AdamW
+	loss     LossFunc
+	values   []string
+	invT     float32
+	exec     *model.Exec
+	evalExec *model.Exec
+	metrics  []string // metric names in output order (fixed at the first build)
+}
+
+// StepStats reports one optimizer step.
+type StepStats struct {
+	Step     int                `json:"step"`
+	Loss     float64            `json:"loss"`
+	GradNorm float64            `json:"grad_norm"`
+	LR       float64            `json:"lr"`
+	Tokens   int                `json:"tokens"` // real (unpadded) target tokens in the batch
+	Seconds  float64            `json:"seconds"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+}
+
+const optScope = "/opt"
+
+// NewTrainer builds a trainer named name (its optimizer state is kept under that name) that
+// minimises loss, reading the named per-token values of each batch. temperature is the one
+// log-probs are computed at (1 for SFT; the sampling temperature for RL).
+func (p *Policy) NewTrainer(name string, loss LossFunc, values []string, opt AdamW, temperature float64) (*Trainer, error) {
+	var errs []error
+	if err := opt.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if name == "" || strings.ContainsAny(name, "/ ") {
+		errs = append(errs, fmt.Errorf("trainer name %q; want a non-empty word", name))
+	}
+	if loss == nil {
+		errs = append(errs, errors.New("nil loss"))
+	}
+	if math.IsNaN(temperature) || temperature <= 0 {
+		errs = append(errs, fmt.Errorf("temperature %v; want > 0", temperature))
+	}
+	vals := slices.Clone(values)
+	sort.Strings(vals)
+	if len(slices.Compact(slices.Clone(vals))) != len(vals) {
+		errs = append(errs, fmt.Errorf("duplicate value names in %q", values))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("agrl: NewTrainer: %w", errors.Join(errs...))
+	}
+	t := &Trainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := t.ensureState(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *Trainer) statePath(parts ...string) string {
+	return model.JoinPath(append([]string{optScope, t.name}, parts...)...)
+}
+
+// ensureState creates the optimizer variables (zero moments, step 0) unless they exist, for
+// instance after loading a checkpoint.
+func (t *Trainer) ensureState() error {
+	create := func(path string, shape shapes.Shape) error {
+		if t.p.store.GetVariable(path) != nil {
+			return nil
+		}
+		return catch(func() error {
+			v, err := t.p.store.CreateVariable(path, tensors.FromShape(shape))
+			if err == nil {
+				v.SetTrainable(false)
+			}
+			return err
+		})
+	}
+	if err := create(t.statePath("step"), shapes.Make(dtypes.Float32)); err != nil {
+		return err
+	}
+	for _, w := range t.p.cfg.weightSpecs() {
+		shape := shapes.Make(dtypes.Float32, w.dims...)
+		for _, m := range []string{"m", "v"} {
+			if err := create(t.statePath(m, w.name), shape); err != nil {
+				return fmt.Errorf("agrl: optimizer state for %s: %w", w.name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Steps returns the number of optimizer steps taken (restored from checkpoints).
+func (t *Trainer) Steps() int {
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	return t.steps()
+}
+
+func (t *Trainer) steps() int {
+	v := t.p.store.GetVariable(t.statePath("step"))
+	if v == nil {
+		return 0
+	}
+	val, err := v.Value()
+	if err != nil {
+		return 0
+	}
+	return int(tensors.MustCopyFlatData[float32](val)[0])
+}
+
+// buildGraph builds the loss (and, when update is set, the AdamW update) for one batch shape.
+// Inputs: tokens [B, T], lr scalar, then one [B, T] float32 per value name. Outputs: loss,
+// grad norm (0 without update), then the metrics in name order.
+func (t *Trainer) buildGraph(update bool) func(scope *model.Scope, in []*graph.Node) []*graph.Node {
+	return func(scope *model.Scope, in []*graph.Node) []*graph.Node {
+		p := t.p
+		g := in[0].Graph()
+		tokens, lr := in[0], in[1]
+		bsz, tl := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+		w := p.mustWeights(g)
+		logp, ent, top1 := p.cfg.tokenStats(w, tokens, graph.Const(g, t.invT)) // [B, T-1]
+		shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
+		li := LossInputs{LogProbs: logp, Entropy: ent, Top1: top1, Values: map[string]*graph.Node{},
+			Valid: graph.ConvertDType(graph.NotEqual(shift(tokens), graph.Const(g, PAD)), dtypes.Float32)}
+		for i, name := range t.values {
+			li.Values[name] = shift(in[2+i])
+		}
+		loss, metrics := t.loss(li)
+		if loss == nil || !loss.Shape().IsScalar() {
+			panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
+		}
+		names := make([]string, 0, len(metrics))
+		for k := range metrics {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		if t.metrics == nil {
+			t.metrics = names
+		}
+		out := []*graph.Node{loss, graph.Const(g, float32(0))}
+		for _, k := range t.metrics {
+			m, ok := metrics[k]
+			if !ok || !m.Shape().IsScalar() {
+				panic(fmt.Errorf("metric %q missing or not a scalar", k))
+			}
+			out = append(out, graph.ConvertDType(m, dtypes.Float32))
+		}
+		_ = bsz
+		if update {
+			out[1] = t.adamW(g, w, loss, lr)
+		}
+		return out
+	}
+}
+
+// adamW adds the gradient and the AdamW update of every weight to g and returns the gradient's
+// global norm (before clipping).
+func (t *Trainer) adamW(g *graph.Graph, w *weights, loss, lr *graph.Node) *graph.Node {
+	p, o := t.p, t.opt
+	specs := p.cfg.weightSpecs()
+	vars := make([]*model.Variable, len(specs))
+	nodes := make([]*graph.Node, len(specs))
+	for i, s := range specs {
+		vars[i] = p.store.GetVariable(model.JoinPath(lmScope, s.name))
+		nodes[i] = vars[i].NodeValue(g)
+	}
+	grads := graph.Gradient(loss, nodes...)
+	sumSq := graph.Const(g, float32(0))
+	for _, gr := range grads {
+		sumSq = graph.Add(sumSq, graph.ReduceAllSum(graph.Square(gr)))
+	}
+	norm := graph.Sqrt(sumSq)
+	scale := graph.Const(g, float32(1))
+	if o.clip > 0 { // scale = min(1, clip / norm)
+		scale = graph.Min(scale, graph.Div(graph.Const(g, float32(o.clip)), graph.Add(norm, graph.Const(g, float32(1e-6)))))
+	}
+	stepVar := p.store.GetVariable(t.statePath("step"))
+	step := graph.Add(stepVar.NodeValue(g), graph.Const(g, float32(1)))
+	stepVar.SetNodeValue(step)
+	c := func(v float64) *graph.Node { return graph.Const(g, float32(v)) }
+	b1, b2 := c(o.beta1), c(o.beta2)
+	// Bias corrections folded into the step size: lr·√(1-β2^t)/(1-β1^t).
+	corr1 := graph.OneMinus(graph.Pow(b1, step))
+	corr2 := graph.OneMinus(graph.Pow(b2, step))
+	stepSize := graph.Div(graph.Mul(lr, graph.Sqrt(corr2)), corr1)
+	epsHat := graph.Mul(c(o.eps), graph.Sqrt(corr2))
+	for i, s := range specs {
+		gr := graph.Mul(grads[i], scale)
+		mVar, vVar := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
+		m := graph.Add(graph.Mul(b1, mVar.NodeValue(g)), graph.Mul(c(1-o.beta1), gr))
+		v := graph.Add(graph.Mul(b2, vVar.NodeValue(g)), graph.Mul(c(1-o.beta2), graph.Square(gr)))
+		mVar.SetNodeValue(m)
+		vVar.SetNodeValue(v)
+		upd := graph.Mul(stepSize, graph.Div(m, graph.Add(graph.Sqrt(v), epsHat)))
+		if o.decay > 0 && decays(s.name) {
+			upd = graph.Add(upd, graph.Mul(graph.Mul(lr, c(o.decay)), nodes[i]))
+		}
+		vars[i].SetNodeValue(graph.Sub(nodes[i], upd))
+	}
+	return norm
+}
+
+// pack turns a batch into the graph inputs: tokens [B, T] and one [B, T] float32 per value.
+func (t *Trainer) pack(b TrainBatch) ([]any, int, error) {
+	if err := t.p.checkSeqs(b.Tokens); err != nil {
+		return nil, 0, err
+	}
+	var errs []error
+	for _, name := range t.values {
+		vs, ok := b.Values[name]
+		if !ok {
+			errs = append(errs, fmt.Errorf("value %q missing from the batch", name))
+			continue
+		}
+		if len(vs) != len(b.Tokens) {
+			errs = append(errs, fmt.Errorf("value %q has %d rows for %d sequences", name, len(vs), len(b.Tokens)))
+			continue
+		}
+		for i := range vs {
+			if len(vs[i]) != len(b.Tokens[i]) {
+				errs = append(errs, fmt.Errorf("value %q row %d has %d entries for %d tokens", name, i, len(vs[i]), len(b.Tokens[i])))
+				break
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, 0, fmt.Errorf("agrl: bad training batch: %w", errors.Join(errs...))
+	}
+	tok, tl := t.p.padBatch(b.Tokens)
+	bsz := tok.Shape().Dimensions[0]
+	args := []any{tok, float32(0)}
+	for _, name := range t.values {
+		flat := make([]float32, bsz*tl)
+		for i, row := range b.Values[name] {
+			copy(flat[i*tl:], row)
+		}
+		args = append(args, tensors.FromFlatDataAndDimensions(flat, bsz, tl))
+	}
+	n := 0
+	for _, s := range b.Tokens {
+		n += len(s) - 1
+	}
+	return args, n, nil
+}
+
+// Step takes one optimizer step on the batch and reports it.
+func (t *Trainer) Step(b TrainBatch) (StepStats, error) {
+	start := time.Now()
+	args, n, err := t.pack(b)
+	if err != nil {
+		return StepStats{}, err
+	}
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	if t.exec == nil {
+		if t.exec, err = t.p.newExec("train", t.buildGraph(true)); err != nil {
+			return StepStats{}, err
+		}
+	}
+	step := t.steps() + 1
+	lr := t.opt.LearningRate(step)
+	args[1] = float32(lr)
+	out, err := call(t.exec, args...)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("agrl: train step: %w", err)
+	}
+	st := t.stats(out)
+	st.Step, st.LR, st.Tokens, st.Seconds = step, lr, n, time.Since(start).Seconds()
+	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) {
+		return st, fmt.Errorf("agrl: train step %d: loss %v, grad norm %v", step, st.Loss, st.GradNorm)
+	}
+	return st, nil
+}
+
+// Eval computes the loss and metrics on a batch without changing the weights.
+func (t *Trainer) Eval(b TrainBatch) (StepStats, error) {
+	start := time.Now()
+	args, n, err := t.pack(b)
+	if err != nil {
+		return StepStats{}, err
+	}
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	if t.evalExec == nil {
+		if t.evalExec, err = t.p.newExec("eval", t.buildGraph(false)); err != nil {
+			return StepStats{}, err
+		}
+	}
+	out, err := call(t.evalExec, args...)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("agrl: eval: %w", err)
+	}
+	st := t.stats(out)
+	st.Step, st.Tokens, st.Seconds = t.steps(), n, time.Since(start).Seconds()
+	return st, nil
+}
+
+func (t *Trainer) stats(out []*tensors.Tensor) StepStats {
+	scalar := func(x *tensors.Tensor) float64 {
+		v := float64(tensors.MustCopyFlatData[float32](x)[0])
+		_ = x.FinalizeAll()
+		return v
+	}
+	st := StepStats{Loss: scalar(out[0]), GradNorm: scalar(out[1])}
+	if len(t.metrics) > 0 {
+		st.Metrics = map[string]float64{}
+		for i, k := range t.metrics {
+			st.Metrics[k] = scalar(out[2+i])
+		}
+	}
+	return st
+}
