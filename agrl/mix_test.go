@@ -120,6 +120,12 @@ func TestMixErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "easy weight is -1") || !strings.Contains(err.Error(), "medium weight is NaN") {
 		t.Errorf("got %v", err)
 	}
+	if err := NewMix(1).Weight(Extreme, 1).Validate(); err == nil || !strings.Contains(err.Error(), "cannot weight extreme") {
+		t.Errorf("extreme weight: %v", err)
+	}
+	if f := NewMix(1).Only(Hard).Fractions(); f[Hard] != 1 || f[Easy] != 0 {
+		t.Errorf("Only(Hard) = %v", f)
+	}
 	if err := NewMix(1).Easy(0).Medium(0).Hard(0).Validate(); err == nil {
 		t.Error("all-zero weights must be an error")
 	}
