@@ -14,7 +14,7 @@ const (
 	Answered Termination = "answered"
 	// GaveUp: the policy gave an empty answer.
 	GaveUp Termination = "gave_up"
-	// MaxTurns: the policy used every turn without answering.
+	// MaxTurnsReached: the policy used every turn without answering.
 	MaxTurnsReached Termination = "max_turns"
 	// TokenBudget: the episode's token (or byte) budget ran out mid-episode.
 	TokenBudget Termination = "token_budget"
@@ -24,10 +24,13 @@ const (
 	// episodes are penalised like a cut-off and should be rare; the error text is on the
 	// episode.
 	EnvError Termination = "env_error"
+	// EnvEnded: the environment ended the episode on a tool call (rare; most environments end
+	// episodes only on answers).
+	EnvEnded Termination = "env_ended"
 )
 
 // Terminations lists every reason, for tables and metrics.
-var Terminations = []Termination{Answered, GaveUp, MaxTurnsReached, TokenBudget, TooManyInvalid, EnvError}
+var Terminations = []Termination{Answered, GaveUp, MaxTurnsReached, TokenBudget, TooManyInvalid, EnvError, EnvEnded}
 
 // Turn is one action of the policy and the environment's reply.
 type Turn struct {

@@ -94,6 +94,7 @@ func SplitOf(prompt string, d Difficulty) Split {
 type Mix struct {
 	seed    uint64
 	weights [3]float64 // easy, medium, hard
+	bad     []Difficulty
 }
 
 // NewMix returns the default mix (20/50/30) with the given seed.
@@ -107,6 +108,22 @@ func (m Mix) Medium(w float64) Mix { m.weights[1] = w; return m }
 
 // Hard sets the weight of hard tasks.
 func (m Mix) Hard(w float64) Mix { m.weights[2] = w; return m }
+
+// Weight sets the weight of difficulty d (Easy, Medium or Hard; Extreme tasks are never
+// trained on, and asking for them is reported by Validate).
+func (m Mix) Weight(d Difficulty, w float64) Mix {
+	if d < Easy || d > Hard {
+		m.bad = append(append([]Difficulty(nil), m.bad...), d)
+		return m
+	}
+	m.weights[d-1] = w
+	return m
+}
+
+// Only returns the mix with all weight on difficulty d.
+func (m Mix) Only(d Difficulty) Mix {
+	return m.Easy(0).Medium(0).Hard(0).Weight(d, 1)
+}
 
 // Seed sets the seed.
 func (m Mix) Seed(seed uint64) Mix { m.seed = seed; return m }
@@ -124,6 +141,9 @@ func (m Mix) Fractions() map[Difficulty]float64 {
 // Validate reports every problem of the mix at once, or nil.
 func (m Mix) Validate() error {
 	var errs []error
+	for _, d := range m.bad {
+		errs = append(errs, fmt.Errorf("cannot weight %s tasks: a mix holds easy, medium and hard (extreme tasks form the OOD split)", d))
+	}
 	sum := 0.0
 	for i, w := range m.weights {
 		name := Difficulty(i + 1).String()

@@ -54,10 +54,6 @@ func (l Limits) withDefaults(env Env) Limits {
 	return l
 }
 
-// EnvEnded: the environment ended the episode on a tool call (rare; most environments end
-// episodes only on answers).
-const EnvEnded Termination = "env_ended"
-
 // Play runs one episode of task in env with agent, at the text level. It returns an error only
 // when env refuses the task or the agent fails; everything the policy does wrong (invalid
 // actions, tool errors, running out of turns) is recorded on the episode instead. A panicking

@@ -200,6 +200,10 @@ func ErrorThenQuit(ep *Episode) float64 {
 	return b2f(lastErr && ep.Termination != Answered)
 }
 
+// ToolCallCount counts the tool calls, failed ones included; give it a small negative weight
+// for a per-call cost, or weight 0 to log it.
+func ToolCallCount(ep *Episode) float64 { return float64(ep.ToolCalls()) }
+
 // TurnCount is the number of actions taken; give it weight 0 to log it.
 func TurnCount(ep *Episode) float64 { return float64(len(ep.Turns)) }
 

@@ -1,10 +1,8 @@
-// Package agrl trains small language-model agents with reinforcement learning on multi-turn
-// tool-calling tasks whose rewards a program can verify.
-//
+package agrl
+
 // This file holds the task types: a Task is one problem an environment poses, with its gold
 // answer and difficulty. Tasks are produced by an Env's generator and drawn through a Mix,
 // which fixes the difficulty proportions and the train/dev/test/OOD splits.
-package agrl
 
 import (
 	"encoding/json"

@@ -1,0 +1,118 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// EvalResult summarises scored episodes of one split. Rates are fractions in 0..1.
+type EvalResult struct {
+	// Tasks is the number of distinct tasks, N the number of episodes, K the samples per task.
+	Tasks int `json:"tasks"`
+	N     int `json:"n"`
+	K     int `json:"k"`
+	// Success is the fraction of episodes answered correctly (mean@k of correctness).
+	Success float64 `json:"success"`
+	// PassAtK is the fraction of tasks with at least one correct episode among their K.
+	PassAtK float64 `json:"pass_at_k"`
+	// MeanReward is the mean rubric reward (mean@k of reward).
+	MeanReward float64 `json:"mean_reward"`
+	// MeanTurns is the mean number of actions per episode.
+	MeanTurns float64 `json:"mean_turns"`
+	// ToolCallRate is the fraction of episodes that called at least one tool.
+	ToolCallRate float64 `json:"tool_call_rate"`
+	// ToolErrorRate is the fraction of tool calls that failed.
+	ToolErrorRate float64 `json:"tool_error_rate"`
+	// InvalidRate is the fraction of actions that broke the protocol.
+	InvalidRate float64 `json:"invalid_rate"`
+	// SuccessByDifficulty is Success per difficulty name.
+	SuccessByDifficulty map[string]float64 `json:"success_by_difficulty,omitempty"`
+	// Terminations counts episodes per termination reason.
+	Terminations map[Termination]int `json:"terminations,omitempty"`
+}
+
+// Evaluate summarises scored episodes: K samples per task are grouped by task ID (K is the
+// largest group seen). It is an error to pass no episodes.
+func Evaluate(eps []*Episode) (EvalResult, error) {
+	if len(eps) == 0 {
+		return EvalResult{}, errors.New("agrl: Evaluate of no episodes")
+	}
+	var r EvalResult
+	r.N = len(eps)
+	r.Terminations = map[Termination]int{}
+	byTask := map[string][]*Episode{}
+	var order []string
+	perDiff := map[Difficulty][2]int{} // correct, total
+	calls, callErrs, actions, invalid := 0, 0, 0, 0
+	for i, ep := range eps {
+		if ep == nil {
+			return EvalResult{}, fmt.Errorf("agrl: Evaluate: episode %d is nil", i)
+		}
+		if math.IsNaN(ep.Reward) || math.IsInf(ep.Reward, 0) {
+			return EvalResult{}, fmt.Errorf("agrl: Evaluate: episode %d (%s) has reward %v", i, ep.Task.ID, ep.Reward)
+		}
+		if _, ok := byTask[ep.Task.ID]; !ok {
+			order = append(order, ep.Task.ID)
+		}
+		byTask[ep.Task.ID] = append(byTask[ep.Task.ID], ep)
+		r.Success += b2f(ep.Correct)
+		r.MeanReward += ep.Reward
+		r.MeanTurns += float64(len(ep.Turns))
+		r.ToolCallRate += b2f(ep.ToolCalls() > 0)
+		calls += ep.ToolCalls()
+		callErrs += ep.ToolErrors()
+		actions += len(ep.Turns)
+		invalid += ep.InvalidActions()
+		r.Terminations[ep.Termination]++
+		c := perDiff[ep.Task.Difficulty]
+		c[0] += int(b2f(ep.Correct))
+		c[1]++
+		perDiff[ep.Task.Difficulty] = c
+	}
+	n := float64(r.N)
+	r.Success /= n
+	r.MeanReward /= n
+	r.MeanTurns /= n
+	r.ToolCallRate /= n
+	if calls > 0 {
+		r.ToolErrorRate = float64(callErrs) / float64(calls)
+	}
+	if actions > 0 {
+		r.InvalidRate = float64(invalid) / float64(actions)
+	}
+	r.Tasks = len(order)
+	for _, id := range order {
+		group := byTask[id]
+		r.K = max(r.K, len(group))
+		for _, ep := range group {
+			if ep.Correct {
+				r.PassAtK++
+				break
+			}
+		}
+	}
+	r.PassAtK /= float64(r.Tasks)
+	r.SuccessByDifficulty = map[string]float64{}
+	for d, c := range perDiff {
+		r.SuccessByDifficulty[d.String()] = float64(c[0]) / float64(c[1])
+	}
+	return r, nil
+}
+
+// Difficulties returns the difficulty names present in SuccessByDifficulty, easiest first.
+func (r EvalResult) Difficulties() []string {
+	var ds []Difficulty
+	for name := range r.SuccessByDifficulty {
+		if d, err := ParseDifficulty(name); err == nil {
+			ds = append(ds, d)
+		}
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.String()
+	}
+	return out
+}

@@ -1,0 +1,81 @@
+// Package envs is the registry of agrl's built-in environments, so that command-line tools and
+// notebooks can pick one by name.
+//
+//	e, err := envs.Get("calc")
+//	tasks, err := agrl.NewMix(1).Tasks(e.New(), agrl.Dev, 10)
+package envs
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"agrl.dev/agrl"
+	"agrl.dev/envs/calc"
+	"agrl.dev/envs/filesearch"
+	"agrl.dev/envs/multihop"
+)
+
+// Entry describes one built-in environment.
+type Entry struct {
+	// Name is the name used on the command line ("calc").
+	Name string
+	// Doc is a one-line description.
+	Doc string
+	// New returns the environment with its default settings.
+	New func() agrl.Env
+	// Expert returns the scripted expert that solves every task.
+	Expert func() agrl.Agent
+	// Rubric returns the environment's preset rubric.
+	Rubric func() agrl.Rubric
+}
+
+var registry = []Entry{
+	{
+		Name:   "calc",
+		Doc:    "calculator verify: evaluate an integer expression with the calc tool, answer its exact value",
+		New:    func() agrl.Env { return calc.New() },
+		Expert: calc.Expert,
+		Rubric: calc.Rubric,
+	},
+	{
+		Name:   "multihop",
+		Doc:    "multi-hop search QA over a synthetic knowledge base: chain search calls, answer the entity",
+		New:    func() agrl.Env { return multihop.New() },
+		Expert: multihop.Expert,
+		Rubric: multihop.Rubric,
+	},
+	{
+		Name:   "filesearch",
+		Doc:    "find the file holding a fact in a virtual file tree with ls, cat and find",
+		New:    func() agrl.Env { return filesearch.New() },
+		Expert: filesearch.Expert,
+		Rubric: filesearch.Rubric,
+	},
+}
+
+// All returns every built-in environment, sorted by name.
+func All() []Entry {
+	out := append([]Entry(nil), registry...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Names returns the names of the built-in environments, sorted.
+func Names() []string {
+	var out []string
+	for _, e := range All() {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+// Get returns the environment called name, or an error that lists the known names.
+func Get(name string) (Entry, error) {
+	for _, e := range registry {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return Entry{}, fmt.Errorf("unknown environment %q (known: %s)", name, strings.Join(Names(), ", "))
+}

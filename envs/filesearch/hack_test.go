@@ -1,0 +1,110 @@
+package filesearch
+
+import (
+	"testing"
+
+	"agrl.dev/agrl"
+)
+
+type agentStats struct {
+	naive, fixed, success, calls float64
+	solved                       int
+}
+
+func measure(t *testing.T, env agrl.Env, tasks []agrl.Task, agent agrl.Agent) agentStats {
+	t.Helper()
+	var s agentStats
+	n := float64(len(tasks))
+	for _, task := range tasks {
+		ep := play(t, env, task, agent)
+		rn, err := NaiveRubric().Score(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rf, err := Rubric().Score(ep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.naive += rn / n
+		s.fixed += rf / n
+		s.calls += float64(ep.ToolCalls()) / n
+		if ep.Correct {
+			s.solved++
+		}
+	}
+	s.success = float64(s.solved) / n
+	return s
+}
+
+// TestRewardHack reproduces the lesson on 200 hard dev tasks: under NaiveRubric the hack
+// (provoke a tool error, give up) out-earns honest exploration; under Rubric it is the other
+// way round; the expert beats both under both.
+func TestRewardHack(t *testing.T) {
+	env := New()
+	tasks, err := agrl.NewMix(2025).Easy(0).Medium(0).Hard(1).Tasks(env, agrl.Dev, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expert := measure(t, env, tasks, Expert())
+	hacker := measure(t, env, tasks, Hacker())
+	t.Logf("expert:   naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", expert.naive, expert.fixed, expert.success, expert.calls)
+	t.Logf("hacker:   naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", hacker.naive, hacker.fixed, hacker.success, hacker.calls)
+	for _, seed := range []uint64{1, 2, 3} {
+		explorer := measure(t, env, tasks, Explorer(seed))
+		t.Logf("explorer(%d): naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", seed, explorer.naive, explorer.fixed, explorer.success, explorer.calls)
+		if explorer.success < 0.1 || explorer.success > 0.5 {
+			t.Errorf("explorer(%d) success %.3f: want well inside (0, 1)", seed, explorer.success)
+		}
+		if d := hacker.naive - explorer.naive; d < 0.25 {
+			t.Errorf("NaiveRubric: hacker %.3f should beat explorer(%d) %.3f by 0.25, got %.3f", hacker.naive, seed, explorer.naive, d)
+		}
+		if d := explorer.fixed - hacker.fixed; d < 0.4 {
+			t.Errorf("Rubric: explorer(%d) %.3f should beat hacker %.3f by 0.4, got %.3f", seed, explorer.fixed, hacker.fixed, d)
+		}
+		if expert.naive-max(hacker.naive, explorer.naive) < 1 || expert.fixed-max(hacker.fixed, explorer.fixed) < 1 {
+			t.Errorf("expert %+v does not beat hacker %+v and explorer(%d) %+v by 1", expert, hacker, seed, explorer)
+		}
+	}
+	// Not a hack the preset targets: giving up at once without a tool error. Logged so the
+	// limits of the fix are on record.
+	quitter := measure(t, env, tasks, agrl.AgentFunc(func(*agrl.Episode) (string, error) { return agrl.AnswerText(""), nil }))
+	t.Logf("quitter (no tool call): naive %+.3f  fixed %+.3f", quitter.naive, quitter.fixed)
+	if expert.solved != len(tasks) || hacker.solved != 0 {
+		t.Errorf("expert success %.3f, hacker success %.3f", expert.success, hacker.success)
+	}
+}
+
+// TestAgentShapes checks the episodes behind the numbers: the hacker's is one failed call and
+// an empty answer (flagged by agrl.ErrorThenQuit); the explorer never calls a tool that fails,
+// never answers wrongly, and is deterministic for a seed.
+func TestAgentShapes(t *testing.T) {
+	env := New()
+	for _, d := range agrl.Difficulties {
+		h := play(t, env, genTask(t, uint64(d), d), Hacker())
+		if len(h.Turns) != 2 || h.ToolErrors() != 1 || h.Termination != agrl.GaveUp || agrl.ErrorThenQuit(h) != 1 {
+			t.Fatalf("hacker episode:\n%s", h.Transcript())
+		}
+	}
+	rates := map[agrl.Difficulty]float64{}
+	for _, d := range agrl.Difficulties {
+		const n = 200
+		for i := range n {
+			task := genTask(t, uint64(1000*int(d)+i), d)
+			a, b := play(t, env, task, Explorer(7)), play(t, env, task, Explorer(7))
+			if a.Transcript() != b.Transcript() {
+				t.Fatalf("explorer not deterministic:\n%s\n---\n%s", a.Transcript(), b.Transcript())
+			}
+			if a.ToolErrors() != 0 || (a.Termination == agrl.Answered && !a.Correct) {
+				t.Fatalf("explorer erred or answered wrongly:\n%s", a.Transcript())
+			}
+			if a.Correct {
+				rates[d] += 1.0 / n
+			}
+		}
+	}
+	t.Logf("explorer(7) success by difficulty: easy %.2f medium %.2f hard %.2f extreme %.2f",
+		rates[agrl.Easy], rates[agrl.Medium], rates[agrl.Hard], rates[agrl.Extreme])
+	if !(rates[agrl.Easy] > rates[agrl.Hard] && rates[agrl.Hard] > rates[agrl.Extreme]) {
+		t.Errorf("explorer success should fall with difficulty: %v", rates)
+	}
+}
