@@ -1,0 +1,413 @@
+package agrl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// GRPO configures Group Relative Policy Optimization (Shao et al. 2024, "DeepSeekMath") for a
+// tool-calling agent: every step samples G episodes of each of a few tasks, scores them with a
+// rubric, turns rewards into group-relative advantages and takes a clipped policy-gradient step
+// with a KL penalty to a frozen reference policy.
+//
+// GRPO is a value: every setter returns a copy, so a sweep derives variants from one base
+// without aliasing. Build validates everything at once.
+//
+//	base := agrl.NewGRPO().Env(calc.New()).Rubric(calc.Rubric()).
+//		Policy(agrl.TinyLM()).WarmStart(agrl.SFT().Steps(300), agrl.Demo{Agent: calc.Expert(), Weight: 1}).
+//		Group(8).KL(0.01).Steps(150).Out("runs/calc")
+//	tr, err := base.KL(0.04).Out("runs/calc-kl0.04").Build()
+//	res, err := tr.Train(ctx)
+type GRPO struct {
+	env    Env
+	rubric *Rubric
+	mix    Mix
+	lm     LM
+	lmSet  bool
+	from   string
+
+	sft   *SFTConfig
+	demos []Demo
+	nDemo int
+
+	group, tasksPerStep int
+	epsLow, epsHigh     float64
+	kl                  float64
+	klEst               KLEstimator
+	opt                 AdamW
+	epochs, minibatches int
+	advNorm             AdvantageNorm
+	lossNorm            LossNorm
+	trainTemp, evalTemp float64
+	maxTurns, maxTokens int
+	maxActionTokens     int
+	dynamic             bool
+	maskTruncated       bool
+	evalEvery, evalN    int
+	trajEvery           int
+	ckptEvery           int
+	seed                uint64
+	out                 string
+	steps               int
+	onStep              func(Metrics)
+	progress            func(string)
+}
+
+// Demo is one source of warm-start demonstrations: an agent (an expert, or a deliberately
+// imperfect one) and the share of demonstration episodes it plays.
+type Demo struct {
+	// Name labels the source in logs ("expert", "guess").
+	Name string `json:"name"`
+	// Agent plays the demonstration episodes.
+	Agent Agent `json:"-"`
+	// Weight is the share of episodes (normalised over all demos).
+	Weight float64 `json:"weight"`
+}
+
+// NewGRPO returns the defaults: group size 8, 4 tasks per step, clip ε 0.2 on both sides, KL
+// 0.01 (k3), AdamW at 3e-4 with gradient clipping at 1, one epoch of one minibatch (so the
+// importance ratio is exactly 1), group-std advantages, token-mean loss, temperatures 0.8
+// (train) and 0.3 (eval), the env's turn limit, the whole context as token budget, the default
+// 20/50/30 mix, evaluation of 64 tasks every 25 steps, trajectories every 25 steps, 100 steps,
+// seed 1.
+func NewGRPO() GRPO {
+	return GRPO{
+		mix: NewMix(1), group: 8, tasksPerStep: 4, epsLow: 0.2, epsHigh: 0.2, kl: 0.01, klEst: K3,
+		opt: NewAdamW(), epochs: 1, minibatches: 1, advNorm: NormStd, lossNorm: TokenMean,
+		trainTemp: 0.8, evalTemp: 0.3, evalEvery: 25, evalN: 64, trajEvery: 25, ckptEvery: 25,
+		seed: 1, steps: 100, nDemo: 512,
+	}
+}
+
+// Env sets the environment (required).
+func (g GRPO) Env(env Env) GRPO { g.env = env; return g }
+
+// Rubric sets the reward rubric (required).
+func (g GRPO) Rubric(r Rubric) GRPO { g.rubric = &r; return g }
+
+// Mix sets the difficulty mix of training tasks and of the evaluation splits. Its seed is
+// replaced by the trainer's (see Seed).
+func (g GRPO) Mix(m Mix) GRPO { g.mix = m; return g }
+
+// Policy sets the model configuration of a fresh policy (default TinyLM).
+func (g GRPO) Policy(lm LM) GRPO { g.lm, g.lmSet = lm, true; return g }
+
+// From starts from the policy saved in a checkpoint directory (for instance an earlier run's
+// checkpoints/ folder) instead of a fresh one; its configuration replaces Policy's.
+func (g GRPO) From(checkpointDir string) GRPO { g.from = checkpointDir; return g }
+
+// WarmStart runs behaviour cloning before GRPO on demonstration episodes played by the demos
+// (shares by weight) on training tasks. Mixing an expert with an agent that answers without
+// tools gives an imperfect start that GRPO must improve on, as a base model would be.
+func (g GRPO) WarmStart(sft SFTConfig, demos ...Demo) GRPO {
+	g.sft = &sft
+	g.demos = append([]Demo(nil), demos...)
+	return g
+}
+
+// DemoEpisodes sets how many demonstration episodes the warm start plays (default 512).
+func (g GRPO) DemoEpisodes(n int) GRPO { g.nDemo = n; return g }
+
+// Group sets G, the episodes sampled per task (TRL num_generations, verl rollout.n); default 8.
+func (g GRPO) Group(n int) GRPO { g.group = n; return g }
+
+// TasksPerStep sets the distinct tasks per step; a step samples TasksPerStep × Group episodes.
+func (g GRPO) TasksPerStep(n int) GRPO { g.tasksPerStep = n; return g }
+
+// ClipEps sets the PPO clip range on both sides, ratio ∈ [1−ε, 1+ε] (TRL epsilon, verl
+// clip_ratio); default 0.2.
+func (g GRPO) ClipEps(eps float64) GRPO { g.epsLow, g.epsHigh = eps, eps; return g }
+
+// ClipHigh sets the upper clip ε alone: DAPO's "clip-higher" (Yu et al. 2025) recommends 0.28
+// with a lower ε of 0.2 (TRL epsilon_high, verl clip_ratio_high).
+func (g GRPO) ClipHigh(eps float64) GRPO { g.epsHigh = eps; return g }
+
+// ClipLow sets the lower clip ε alone (TRL epsilon, verl clip_ratio_low).
+func (g GRPO) ClipLow(eps float64) GRPO { g.epsLow = eps; return g }
+
+// KL sets β, the weight of the KL penalty to the frozen reference policy (TRL beta, verl
+// kl_loss_coef); 0 disables it and skips the reference forward pass. Default 0.01.
+func (g GRPO) KL(beta float64) GRPO { g.kl = beta; return g }
+
+// KLEstimator sets the per-token KL estimate: K3 (default; verl "low_var_kl") or K1.
+func (g GRPO) KLEstimator(k KLEstimator) GRPO { g.klEst = k; return g }
+
+// LR sets the peak learning rate (TRL learning_rate, verl actor.optim.lr); default 3e-4.
+func (g GRPO) LR(lr float64) GRPO { g.opt = g.opt.LR(lr); return g }
+
+// Warmup sets the learning-rate warm-up in steps (verl lr_warmup_steps); default 0.
+func (g GRPO) Warmup(steps int) GRPO { g.opt = g.opt.Warmup(steps); return g }
+
+// Optimizer replaces the whole AdamW configuration (weight decay, betas, gradient clipping…).
+func (g GRPO) Optimizer(o AdamW) GRPO { g.opt = o; return g }
+
+// GradClip sets the global gradient-norm clip (TRL max_grad_norm, verl grad_clip); default 1.
+func (g GRPO) GradClip(c float64) GRPO { g.opt = g.opt.ClipNorm(c); return g }
+
+// Epochs sets the passes over each step's episodes (TRL num_iterations, verl ppo_epochs);
+// default 1.
+func (g GRPO) Epochs(n int) GRPO { g.epochs = n; return g }
+
+// Minibatches sets the optimizer steps per epoch, each on an equal share of the episodes (verl
+// ppo_mini_batch_size = episodes / Minibatches); default 1.
+func (g GRPO) Minibatches(n int) GRPO { g.minibatches = n; return g }
+
+// AdvantageNorm sets NormStd (default; GRPO) or NormNone (Dr. GRPO; TRL scale_rewards).
+func (g GRPO) AdvantageNorm(n AdvantageNorm) GRPO { g.advNorm = n; return g }
+
+// LossNorm sets TokenMean (default; DAPO), SeqMean (original GRPO) or ConstNorm (Dr. GRPO,
+// dividing by the token budget) (TRL loss_type, verl loss_agg_mode).
+func (g GRPO) LossNorm(n LossNorm) GRPO { g.lossNorm = n; return g }
+
+// Temperature sets the sampling temperature of training rollouts (default 0.8); log-probs are
+// scored at the same temperature.
+func (g GRPO) Temperature(t float64) GRPO { g.trainTemp = t; return g }
+
+// EvalTemperature sets the sampling temperature of evaluations (default 0.3; 0 is greedy).
+func (g GRPO) EvalTemperature(t float64) GRPO { g.evalTemp = t; return g }
+
+// MaxTurns caps the actions per episode (0: the environment's limit).
+func (g GRPO) MaxTurns(n int) GRPO { g.maxTurns = n; return g }
+
+// MaxTokens sets the per-episode token budget: prompt, actions and observations (0: the
+// model's context). DESIGN rule 7: per episode, not per turn.
+func (g GRPO) MaxTokens(n int) GRPO { g.maxTokens = n; return g }
+
+// MaxActionTokens caps the tokens of one action (0: only the episode budget caps it).
+func (g GRPO) MaxActionTokens(n int) GRPO { g.maxActionTokens = n; return g }
+
+// DynamicSampling drops groups whose rewards are all equal (they carry no signal) and refills
+// the step with new tasks, up to three extra rollouts (DAPO's dynamic sampling; TRL has none,
+// verl filter_groups).
+func (g GRPO) DynamicSampling(on bool) GRPO { g.dynamic = on; return g }
+
+// MaskTruncated leaves episodes cut off by the token budget out of the loss instead of training
+// on their (penalised) reward (DAPO's overlong filtering).
+func (g GRPO) MaskTruncated(on bool) GRPO { g.maskTruncated = on; return g }
+
+// EvalEvery evaluates on the dev split every n steps (0: only before and after training).
+func (g GRPO) EvalEvery(n int) GRPO { g.evalEvery = n; return g }
+
+// EvalTasks sets the number of tasks of each evaluation split (dev, test, OOD); default 64.
+func (g GRPO) EvalTasks(n int) GRPO { g.evalN = n; return g }
+
+// TrajectoriesEvery saves sampled episodes (successes and failures) every n steps (0: never).
+func (g GRPO) TrajectoriesEvery(n int) GRPO { g.trajEvery = n; return g }
+
+// CheckpointEvery saves a checkpoint every n steps (0: only at the end); default 25.
+func (g GRPO) CheckpointEvery(n int) GRPO { g.ckptEvery = n; return g }
+
+// Seed seeds everything: model initialisation, task draws, sampling.
+func (g GRPO) Seed(seed uint64) GRPO { g.seed = seed; return g }
+
+// Out sets the run directory (required for Train; see CreateRun).
+func (g GRPO) Out(dir string) GRPO { g.out = dir; return g }
+
+// Steps sets the number of GRPO steps; default 100.
+func (g GRPO) Steps(n int) GRPO { g.steps = n; return g }
+
+// OnStep sets a callback that receives every step's metrics (for live plots).
+func (g GRPO) OnStep(fn func(Metrics)) GRPO { g.onStep = fn; return g }
+
+// Progress sets a callback that receives one-line progress messages (SFT, evaluation,
+// checkpoints); nil is silent.
+func (g GRPO) Progress(fn func(string)) GRPO { g.progress = fn; return g }
+
+// Validate reports every problem of the configuration at once, or nil.
+func (g GRPO) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+	if g.env == nil {
+		add("no environment (call Env)")
+	}
+	if g.rubric == nil {
+		add("no rubric (call Rubric)")
+	} else if err := g.rubric.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := g.mix.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if g.from == "" {
+		if err := g.policyConfig().Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	} else if _, err := os.Stat(g.from); err != nil {
+		add("checkpoint to start from: %v", err)
+	}
+	if g.sft != nil {
+		if err := g.sft.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if len(g.demos) == 0 {
+			add("warm start without demonstrations (pass at least one Demo)")
+		}
+		for i, d := range g.demos {
+			if d.Agent == nil {
+				add("demo %d (%q) has no agent", i, d.Name)
+			}
+			if bad(d.Weight) || d.Weight < 0 {
+				add("demo %d (%q) has weight %v", i, d.Name, d.Weight)
+			}
+		}
+		if g.nDemo < 1 {
+			add("demo episodes %d; want >= 1", g.nDemo)
+		}
+	}
+	if g.group < 2 {
+		add("group size %d; GRPO needs >= 2 samples per task", g.group)
+	}
+	if g.tasksPerStep < 1 {
+		add("tasks per step %d; want >= 1", g.tasksPerStep)
+	}
+	if bad(g.epsLow) || g.epsLow <= 0 || g.epsLow >= 1 {
+		add("clip ε low %v; want in (0, 1)", g.epsLow)
+	}
+	if bad(g.epsHigh) || g.epsHigh <= 0 {
+		add("clip ε high %v; want > 0", g.epsHigh)
+	}
+	if bad(g.kl) || g.kl < 0 {
+		add("KL coefficient %v; want >= 0", g.kl)
+	}
+	if g.klEst != K1 && g.klEst != K3 {
+		add("unknown KL estimator %d", g.klEst)
+	}
+	if err := g.opt.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if g.epochs < 1 {
+		add("epochs %d; want >= 1", g.epochs)
+	}
+	if g.minibatches < 1 || g.minibatches > g.group*g.tasksPerStep {
+		add("minibatches %d; want 1..%d (the episodes per step)", g.minibatches, g.group*g.tasksPerStep)
+	}
+	if g.advNorm != NormStd && g.advNorm != NormNone {
+		add("unknown advantage normalisation %d", g.advNorm)
+	}
+	if g.lossNorm != TokenMean && g.lossNorm != SeqMean && g.lossNorm != ConstNorm {
+		add("unknown loss normalisation %d", g.lossNorm)
+	}
+	if bad(g.trainTemp) || g.trainTemp <= 0 {
+		add("train temperature %v; want > 0 (GRPO needs sampling)", g.trainTemp)
+	}
+	if bad(g.evalTemp) || g.evalTemp < 0 {
+		add("eval temperature %v; want >= 0", g.evalTemp)
+	}
+	if g.maxTurns < 0 || g.maxTokens < 0 || g.maxActionTokens < 0 {
+		add("negative turn or token limits (%d, %d, %d)", g.maxTurns, g.maxTokens, g.maxActionTokens)
+	}
+	if g.lossNorm == ConstNorm && g.maxTokens == 0 && g.from == "" && g.policyConfig().ContextLen() <= 0 {
+		add("dr-grpo loss normalisation needs a token budget")
+	}
+	if g.evalEvery < 0 || g.trajEvery < 0 || g.ckptEvery < 0 {
+		add("negative EvalEvery, TrajectoriesEvery or CheckpointEvery")
+	}
+	if g.evalN < 1 {
+		add("eval tasks %d; want >= 1", g.evalN)
+	}
+	if g.steps < 0 {
+		add("steps %d; want >= 0", g.steps)
+	}
+	if strings.TrimSpace(g.out) == "" {
+		add("no run directory (call Out)")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: invalid GRPO configuration: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (g GRPO) policyConfig() LM {
+	if g.lmSet {
+		return g.lm.Seed(g.seed)
+	}
+	return TinyLM().Seed(g.seed)
+}
+
+// Config is the resolved configuration of a GRPO run, as written to config.json.
+type GRPOConfig struct {
+	Env             string          `json:"env"`
+	EnvTools        []Tool          `json:"env_tools"`
+	Rubric          []RewardTerm    `json:"rubric"`
+	Mix             map[string]float64 `json:"mix"`
+	Policy          map[string]any  `json:"policy"`
+	From            string          `json:"from,omitempty"`
+	WarmStart       map[string]any  `json:"warm_start,omitempty"`
+	Group           int             `json:"group"`
+	TasksPerStep    int             `json:"tasks_per_step"`
+	ClipLow         float64         `json:"clip_low"`
+	ClipHigh        float64         `json:"clip_high"`
+	KL              float64         `json:"kl"`
+	KLEstimator     string          `json:"kl_estimator"`
+	Optimizer       map[string]any  `json:"optimizer"`
+	Epochs          int             `json:"epochs"`
+	Minibatches     int             `json:"minibatches"`
+	AdvantageNorm   string          `json:"advantage_norm"`
+	LossNorm        string          `json:"loss_norm"`
+	Temperature     float64         `json:"temperature"`
+	EvalTemperature float64         `json:"eval_temperature"`
+	MaxTurns        int             `json:"max_turns"`
+	MaxTokens       int             `json:"max_tokens"`
+	MaxActionTokens int             `json:"max_action_tokens"`
+	DynamicSampling bool            `json:"dynamic_sampling"`
+	MaskTruncated   bool            `json:"mask_truncated"`
+	EvalEvery       int             `json:"eval_every"`
+	EvalTasks       int             `json:"eval_tasks"`
+	Trajectories    int             `json:"trajectories_every"`
+	CheckpointEvery int             `json:"checkpoint_every"`
+	Seed            uint64          `json:"seed"`
+	Steps           int             `json:"steps"`
+	Out             string          `json:"out"`
+}
+
+// Resolved returns the configuration with every default filled in, as config.json records it.
+func (g GRPO) Resolved() GRPOConfig {
+	c := GRPOConfig{
+		Group: g.group, TasksPerStep: g.tasksPerStep, ClipLow: g.epsLow, ClipHigh: g.epsHigh,
+		KL: g.kl, KLEstimator: g.klEst.String(), Optimizer: g.opt.describe(), Epochs: g.epochs,
+		Minibatches: g.minibatches, AdvantageNorm: g.advNorm.String(), LossNorm: g.lossNorm.String(),
+		Temperature: g.trainTemp, EvalTemperature: g.evalTemp, MaxTurns: g.maxTurns,
+		MaxTokens: g.maxTokens, MaxActionTokens: g.maxActionTokens, DynamicSampling: g.dynamic,
+		MaskTruncated: g.maskTruncated, EvalEvery: g.evalEvery, EvalTasks: g.evalN,
+		Trajectories: g.trajEvery, CheckpointEvery: g.ckptEvery, Seed: g.seed, Steps: g.steps,
+		Out: g.out, From: g.from,
+	}
+	if g.env != nil {
+		c.Env, c.EnvTools = g.env.Name(), g.env.Tools()
+		if c.MaxTurns == 0 {
+			c.MaxTurns = g.env.MaxTurns()
+		}
+	}
+	if g.rubric != nil {
+		for _, name := range g.rubric.Names() {
+			c.Rubric = append(c.Rubric, RewardTerm{Name: name, Weight: g.rubric.Weights()[name]})
+		}
+	}
+	c.Mix = map[string]float64{}
+	for d, f := range g.mix.Fractions() {
+		c.Mix[d.String()] = f
+	}
+	c.Policy = g.policyConfig().describe()
+	if c.MaxTokens == 0 {
+		c.MaxTokens = g.policyConfig().ContextLen()
+	}
+	if g.sft != nil {
+		var demos []map[string]any
+		for _, d := range g.demos {
+			demos = append(demos, map[string]any{"name": d.Name, "weight": d.Weight})
+		}
+		c.WarmStart = map[string]any{"sft": g.sft.describe(), "demos": demos, "episodes": g.nDemo}
+	}
+	return c
+}
+
+// writeConfig writes config.json for the run directory.
+func (c GRPOConfig) json() ([]byte, error) { return json.MarshalIndent(c, "", "  ") }
+
+var _ = filepath.Join
