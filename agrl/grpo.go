@@ -1,12 +1,10 @@
 package agrl
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -330,40 +328,40 @@ func (g GRPO) policyConfig() LM {
 	return TinyLM().Seed(g.seed)
 }
 
-// Config is the resolved configuration of a GRPO run, as written to config.json.
+// GRPOConfig is the resolved configuration of a GRPO run, as written to config.json.
 type GRPOConfig struct {
-	Env             string          `json:"env"`
-	EnvTools        []Tool          `json:"env_tools"`
-	Rubric          []RewardTerm    `json:"rubric"`
+	Env             string             `json:"env"`
+	EnvTools        []Tool             `json:"env_tools"`
+	Rubric          []RewardTerm       `json:"rubric"`
 	Mix             map[string]float64 `json:"mix"`
-	Policy          map[string]any  `json:"policy"`
-	From            string          `json:"from,omitempty"`
-	WarmStart       map[string]any  `json:"warm_start,omitempty"`
-	Group           int             `json:"group"`
-	TasksPerStep    int             `json:"tasks_per_step"`
-	ClipLow         float64         `json:"clip_low"`
-	ClipHigh        float64         `json:"clip_high"`
-	KL              float64         `json:"kl"`
-	KLEstimator     string          `json:"kl_estimator"`
-	Optimizer       map[string]any  `json:"optimizer"`
-	Epochs          int             `json:"epochs"`
-	Minibatches     int             `json:"minibatches"`
-	AdvantageNorm   string          `json:"advantage_norm"`
-	LossNorm        string          `json:"loss_norm"`
-	Temperature     float64         `json:"temperature"`
-	EvalTemperature float64         `json:"eval_temperature"`
-	MaxTurns        int             `json:"max_turns"`
-	MaxTokens       int             `json:"max_tokens"`
-	MaxActionTokens int             `json:"max_action_tokens"`
-	DynamicSampling bool            `json:"dynamic_sampling"`
-	MaskTruncated   bool            `json:"mask_truncated"`
-	EvalEvery       int             `json:"eval_every"`
-	EvalTasks       int             `json:"eval_tasks"`
-	Trajectories    int             `json:"trajectories_every"`
-	CheckpointEvery int             `json:"checkpoint_every"`
-	Seed            uint64          `json:"seed"`
-	Steps           int             `json:"steps"`
-	Out             string          `json:"out"`
+	Policy          map[string]any     `json:"policy"`
+	From            string             `json:"from,omitempty"`
+	WarmStart       map[string]any     `json:"warm_start,omitempty"`
+	Group           int                `json:"group"`
+	TasksPerStep    int                `json:"tasks_per_step"`
+	ClipLow         float64            `json:"clip_low"`
+	ClipHigh        float64            `json:"clip_high"`
+	KL              float64            `json:"kl"`
+	KLEstimator     string             `json:"kl_estimator"`
+	Optimizer       map[string]any     `json:"optimizer"`
+	Epochs          int                `json:"epochs"`
+	Minibatches     int                `json:"minibatches"`
+	AdvantageNorm   string             `json:"advantage_norm"`
+	LossNorm        string             `json:"loss_norm"`
+	Temperature     float64            `json:"temperature"`
+	EvalTemperature float64            `json:"eval_temperature"`
+	MaxTurns        int                `json:"max_turns"`
+	MaxTokens       int                `json:"max_tokens"`
+	MaxActionTokens int                `json:"max_action_tokens"`
+	DynamicSampling bool               `json:"dynamic_sampling"`
+	MaskTruncated   bool               `json:"mask_truncated"`
+	EvalEvery       int                `json:"eval_every"`
+	EvalTasks       int                `json:"eval_tasks"`
+	Trajectories    int                `json:"trajectories_every"`
+	CheckpointEvery int                `json:"checkpoint_every"`
+	Seed            uint64             `json:"seed"`
+	Steps           int                `json:"steps"`
+	Out             string             `json:"out"`
 }
 
 // Resolved returns the configuration with every default filled in, as config.json records it.
@@ -407,7 +405,23 @@ func (g GRPO) Resolved() GRPOConfig {
 	return c
 }
 
-// writeConfig writes config.json for the run directory.
-func (c GRPOConfig) json() ([]byte, error) { return json.MarshalIndent(c, "", "  ") }
+// describe returns the optimizer settings for config.json.
+func (o AdamW) describe() map[string]any {
+	return map[string]any{"name": "adamw", "lr": o.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
+		"weight_decay": o.decay, "grad_clip": o.clip, "warmup": o.warmup}
+}
 
-var _ = filepath.Join
+// describe returns the model settings for config.json.
+func (c LM) describe() map[string]any {
+	vocab := 0
+	if c.tok != nil {
+		vocab = c.Vocab()
+	}
+	return map[string]any{"vocab": vocab, "width": c.width, "layers": c.layers, "heads": c.heads,
+		"context": c.context, "mlp": c.mlp, "backend": c.backend, "seed": c.seed, "params": c.Params()}
+}
+
+// describe returns the SFT settings for config.json.
+func (c SFTConfig) describe() map[string]any {
+	return map[string]any{"steps": c.steps, "batch": c.batch, "seed": c.seed, "optimizer": c.opt.describe()}
+}

@@ -64,64 +64,104 @@ func Play(env Env, task Task, agent Agent, lim Limits) (*Episode, error) {
 	if env == nil || agent == nil {
 		return nil, errors.New("agrl: Play needs an env and an agent")
 	}
-	lim = lim.withDefaults(env)
-	sess, prompt, err := env.Reset(task)
+	l, err := startEpisode(env, task, lim)
 	if err != nil {
-		return nil, fmt.Errorf("agrl: %s refused task %s: %w", env.Name(), task.ID, err)
+		return nil, err
 	}
-	ep := &Episode{Task: task, Prompt: prompt}
-	used, invalidRun := len(prompt), 0
+	ep := l.ep
+	used := len(ep.Prompt)
 	for {
-		if len(ep.Turns) >= lim.MaxTurns {
-			ep.Termination = MaxTurnsReached
+		if l.outOfTurns() {
 			return ep, nil
 		}
 		text, err := agent.Act(ep)
 		if err != nil {
 			return ep, fmt.Errorf("agrl: agent failed at turn %d of %s: %w", len(ep.Turns)+1, task.ID, err)
 		}
-		turn := Turn{Text: text, Action: ParseAction(text)}
-		var res StepResult
-		if turn.Action.Kind == Invalid {
-			invalidRun++
-			res.Observation = "invalid action: " + turn.Action.Invalid
-		} else {
-			invalidRun = 0
-			res, err = safeStep(sess, turn.Action, lim.StepTimeout)
-			if err != nil {
-				ep.Turns = append(ep.Turns, turn)
-				ep.Termination, ep.Error = EnvError, err.Error()
-				return ep, nil
-			}
+		if l.act(text) {
+			return ep, nil
 		}
-		turn.Observation = TruncateObservation(res.Observation, MaxObservationBytes)
-		turn.ToolError = res.ToolError
-		if turn.Action.Kind == ToolCall && res.ToolError == "" && res.Observation == "" {
-			turn.Observation = "(no output)"
-		}
-		turn.Info = res.Info
-		ep.Turns = append(ep.Turns, turn)
-		used += len(text) + len(turn.Observation)
-
-		switch {
-		case turn.Action.Kind == AnswerAction:
-			ep.Answer, ep.Correct = turn.Action.Answer, res.Correct
-			ep.Termination = Answered
-			if turn.Action.GivesUp() {
-				ep.Termination, ep.Correct = GaveUp, false
-			}
-			return ep, nil
-		case res.Done:
-			ep.Termination = EnvEnded
-			return ep, nil
-		case invalidRun >= lim.MaxInvalid:
-			ep.Termination = TooManyInvalid
-			return ep, nil
-		case used > lim.MaxBytes:
+		used += len(text) + len(ep.Turns[len(ep.Turns)-1].Observation)
+		if used > l.lim.MaxBytes {
 			ep.Termination = TokenBudget
 			return ep, nil
 		}
 	}
+}
+
+// turnLoop carries one episode through its turns: the per-turn logic that Play (text agents)
+// and Policy.Rollout (token-level policies) share. The caller enforces its own budget (bytes
+// for Play, tokens for rollouts) after each act.
+type turnLoop struct {
+	sess       Session
+	lim        Limits
+	ep         *Episode
+	invalidRun int
+}
+
+// startEpisode resets env on task and returns the loop, with lim's defaults filled in.
+func startEpisode(env Env, task Task, lim Limits) (*turnLoop, error) {
+	lim = lim.withDefaults(env)
+	sess, prompt, err := env.Reset(task)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: %s refused task %s: %w", env.Name(), task.ID, err)
+	}
+	return &turnLoop{sess: sess, lim: lim, ep: &Episode{Task: task, Prompt: prompt}}, nil
+}
+
+// outOfTurns ends the episode with MaxTurnsReached when it has used every turn.
+func (l *turnLoop) outOfTurns() bool {
+	if len(l.ep.Turns) >= l.lim.MaxTurns {
+		l.ep.Termination = MaxTurnsReached
+		return true
+	}
+	return false
+}
+
+// act records one action of the policy and the environment's reply (an invalid action gets a
+// penalising observation and never reaches the environment). It returns true when the episode
+// ended: an answer, the environment ending it or failing, or too many invalid actions in a row.
+func (l *turnLoop) act(text string) (done bool) {
+	ep := l.ep
+	turn := Turn{Text: text, Action: ParseAction(text)}
+	var res StepResult
+	if turn.Action.Kind == Invalid {
+		l.invalidRun++
+		res.Observation = "invalid action: " + turn.Action.Invalid
+	} else {
+		l.invalidRun = 0
+		var err error
+		res, err = safeStep(l.sess, turn.Action, l.lim.StepTimeout)
+		if err != nil {
+			ep.Turns = append(ep.Turns, turn)
+			ep.Termination, ep.Error = EnvError, err.Error()
+			return true
+		}
+	}
+	turn.Observation = TruncateObservation(res.Observation, MaxObservationBytes)
+	turn.ToolError = res.ToolError
+	if turn.Action.Kind == ToolCall && res.ToolError == "" && res.Observation == "" {
+		turn.Observation = "(no output)"
+	}
+	turn.Info = res.Info
+	ep.Turns = append(ep.Turns, turn)
+
+	switch {
+	case turn.Action.Kind == AnswerAction:
+		ep.Answer, ep.Correct = turn.Action.Answer, res.Correct
+		ep.Termination = Answered
+		if turn.Action.GivesUp() {
+			ep.Termination, ep.Correct = GaveUp, false
+		}
+		return true
+	case res.Done:
+		ep.Termination = EnvEnded
+		return true
+	case l.invalidRun >= l.lim.MaxInvalid:
+		ep.Termination = TooManyInvalid
+		return true
+	}
+	return false
 }
 
 // safeStep runs one Step with a timeout, turning a panic or a hang into an error.

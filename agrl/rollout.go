@@ -1,0 +1,178 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Episode token layout. A policy reads and writes one token stream per episode:
+//
+//	BOS prompt  action₁ <obs> observation₁ </obs>  action₂ <obs> … </obs>  actionₙ
+//
+// Actions are the policy's own tokens (loss mask 1); BOS, the prompt and the observations,
+// each wrapped in the <obs> tag tokens, are read only (mask 0). The last action gets no
+// observation: the episode has ended. Rollouts record this stream as sampled; EncodeEpisode
+// builds the same stream from a text-level episode (an expert's), tokenising it once.
+
+// EncodeEpisode tokenises a text-level episode (from Play) in the layout rollouts produce and
+// returns the tokens and the loss mask (1 on action tokens). It does not fill the episode.
+func EncodeEpisode(tok *Tokenizer, ep *Episode) (tokens []int32, mask []uint8) {
+	tokens = tok.AppendEncode([]int32{BOS}, ep.Prompt)
+	mask = make([]uint8, len(tokens))
+	for i, t := range ep.Turns {
+		n := len(tokens)
+		tokens = tok.AppendEncode(tokens, t.Text)
+		for range len(tokens) - n {
+			mask = append(mask, 1)
+		}
+		if i < len(ep.Turns)-1 {
+			n = len(tokens)
+			tokens = appendObservation(tok, tokens, t.Observation)
+			for range len(tokens) - n {
+				mask = append(mask, 0)
+			}
+		}
+	}
+	return tokens, mask
+}
+
+func appendObservation(tok *Tokenizer, dst []int32, obs string) []int32 {
+	dst = append(dst, TagID(ObsOpen))
+	dst = tok.AppendEncode(dst, obs)
+	return append(dst, TagID(ObsClose))
+}
+
+// RolloutOptions configures Policy.Rollout. The zero value samples at temperature 0 (greedy)
+// with the environment's turn limit and the whole context as budget.
+type RolloutOptions struct {
+	// Sampling sets temperature, top-k/p, the seed and an optional per-action token cap.
+	Sampling Sampling
+	// Limits bounds each episode as in Play: MaxTurns, MaxInvalid and StepTimeout apply;
+	// MaxBytes (Play's text budget) is ignored in favour of MaxTokens.
+	Limits Limits
+	// MaxTokens is the per-episode token budget: prompt, actions and observations together
+	// (DESIGN rule 7: per episode, not per turn). 0 or more than the context means the context.
+	MaxTokens int
+}
+
+// RolloutStats describes the sampling work of one Rollout call.
+type RolloutStats struct {
+	Episodes  int
+	Steps     int     // graph calls
+	Tokens    int     // tokens read into the KV cache (prompt, observations and sampled)
+	Generated int     // tokens sampled
+	Seconds   float64 // wall time, environment steps included
+}
+
+// Rollout plays one episode per task with the policy, in one batch: it samples each action
+// (until a closing </tool> or </answer> tag, EOS, the per-action cap or the token budget),
+// parses it, steps the environment and appends the observation to the context, until each
+// episode ends. Episodes carry their turns and termination exactly as Play records them (the
+// same per-turn logic), plus Tokens, LossMask (1 on sampled tokens) and the LogProbs recorded
+// when each token was drawn. Episode i uses sampling stream (Seed, i).
+//
+// It returns an error when an environment refuses a task or a prompt does not fit the budget;
+// everything the policy does wrong is recorded on the episodes.
+func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode, RolloutStats, error) {
+	start := time.Now()
+	var st RolloutStats
+	if env == nil {
+		return nil, st, errors.New("agrl: Rollout needs an env")
+	}
+	if err := opt.Sampling.Validate(); err != nil {
+		return nil, st, err
+	}
+	if len(tasks) == 0 {
+		return nil, st, nil
+	}
+	budget := opt.MaxTokens
+	if budget <= 0 || budget > p.cfg.context {
+		budget = p.cfg.context
+	}
+	loops := make([]*turnLoop, len(tasks))
+	for i, task := range tasks {
+		l, err := startEpisode(env, task, opt.Limits)
+		if err != nil {
+			return nil, st, err
+		}
+		ep := l.ep
+		ep.Tokens = p.tok.AppendEncode([]int32{BOS}, ep.Prompt)
+		if len(ep.Tokens)+2 > budget {
+			return nil, st, fmt.Errorf("agrl: Rollout: the prompt of task %s takes %d tokens; the budget is %d", task.ID, len(ep.Tokens), budget)
+		}
+		ep.LossMask = make([]uint8, len(ep.Tokens))
+		ep.LogProbs = make([]float32, len(ep.Tokens))
+		loops[i] = l
+	}
+	d, err := p.NewDecoder(len(tasks), budget, opt.Sampling)
+	if err != nil {
+		return nil, st, err
+	}
+	defer d.Close()
+	for i, l := range loops {
+		if err := d.Start(i, l.ep.Tokens); err != nil {
+			return nil, st, err
+		}
+	}
+	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+		l := loops[i]
+		ep := l.ep
+		st.Generated += len(c.Tokens)
+		ep.Tokens = append(ep.Tokens, c.Tokens...)
+		ep.LogProbs = append(ep.LogProbs, c.LogProbs...)
+		for range c.Tokens {
+			ep.LossMask = append(ep.LossMask, 1)
+		}
+		if l.act(p.tok.Decode(c.Tokens)) {
+			return nil, false
+		}
+		if c.Stop == StopBudget {
+			ep.Termination = TokenBudget
+			return nil, false
+		}
+		obs := appendObservation(p.tok, nil, ep.Turns[len(ep.Turns)-1].Observation)
+		if len(obs)+1 > d.Room(i) { // the observation and at least one more token must fit
+			ep.Termination = TokenBudget
+			return nil, false
+		}
+		if l.outOfTurns() {
+			return nil, false
+		}
+		ep.Tokens = append(ep.Tokens, obs...)
+		ep.LogProbs = append(ep.LogProbs, make([]float32, len(obs))...)
+		ep.LossMask = append(ep.LossMask, make([]uint8, len(obs))...)
+		return obs, true
+	})
+	if err != nil {
+		return nil, st, err
+	}
+	eps := make([]*Episode, len(loops))
+	for i, l := range loops {
+		eps[i] = l.ep
+	}
+	st.Episodes, st.Steps, st.Tokens, st.Seconds = len(eps), d.Steps, d.Fed, time.Since(start).Seconds()
+	return eps, st, nil
+}
+
+// PolicyAgent adapts a policy to the text-level Agent interface, one action per call (each
+// call re-reads the whole episode: use Rollout to play batches). It is handy for comparing a
+// policy with experts through Play.
+func (p *Policy) PolicyAgent(s Sampling, maxActionTokens int) Agent {
+	return AgentFunc(func(ep *Episode) (string, error) {
+		tokens, _ := EncodeEpisode(p.tok, ep)
+		if len(ep.Turns) > 0 {
+			tokens = appendObservation(p.tok, tokens, ep.Turns[len(ep.Turns)-1].Observation)
+		}
+		room := p.cfg.context - len(tokens)
+		if room < 1 {
+			return "", fmt.Errorf("agrl: episode of %d tokens fills the context", len(tokens))
+		}
+		s.Seed += uint64(len(ep.Turns))
+		out, err := p.Complete([][]int32{tokens}, min(maxActionTokens, room), s)
+		if err != nil {
+			return "", err
+		}
+		return p.tok.Decode(out[0].Tokens), nil
+	})
+}
