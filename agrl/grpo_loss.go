@@ -1,0 +1,75 @@
+package agrl
+
+import (
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/gomlx/core/graph"
+)
+
+// The per-token values a GRPO batch carries (see TrainBatch): all aligned with Episode.Tokens.
+const (
+	valMask    = "mask"     // 1 on policy tokens in the loss, else 0
+	valAdv     = "adv"      // the episode's advantage on its policy tokens
+	valOldLogp = "old_logp" // log-probs recorded when the tokens were sampled
+	valRefLogp = "ref_logp" // log-probs under the frozen reference policy
+	valWeight  = "weight"   // the loss normalisation (see LossNorm), 0 off the mask
+	valFresh   = "fresh"    // 1 when the weights are those that sampled (first minibatch)
+)
+
+var grpoValues = []string{valMask, valAdv, valOldLogp, valRefLogp, valWeight, valFresh}
+
+// grpoLoss builds the GRPO objective in the graph, token by token (shapes [B, T-1]):
+//
+//	ratio = exp(logπθ − logπold)        (exactly 1 where fresh: logπold = stop_gradient(logπθ))
+//	obj   = min(ratio·A, clip(ratio, 1−εlow, 1+εhigh)·A)
+//	kl    = k3: exp(Δ) − Δ − 1, k1: −Δ, with Δ = clamp(logπref − logπθ, ±20)
+//	loss  = Σ (−obj + β·kl) · weight
+//
+// where weight holds the mask and the normalisation, so the sum is a token mean, a sequence
+// mean or Dr. GRPO's constant-length mean over the whole optimizer batch. The metrics are
+// means over the masked tokens.
+func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
+	return func(in LossInputs) (*graph.Node, map[string]*graph.Node) {
+		g := in.LogProbs.Graph()
+		c := func(v float64) *graph.Node { return graph.Const(g, float32(v)) }
+		f32 := func(x *graph.Node) *graph.Node { return graph.ConvertDType(x, dtypes.Float32) }
+		mask := graph.Mul(in.Values[valMask], in.Valid)
+		fresh := in.Values[valFresh]
+		logp := in.LogProbs // [B, T-1]
+		old := graph.Add(graph.Mul(fresh, graph.StopGradient(logp)), graph.Mul(graph.OneMinus(fresh), in.Values[valOldLogp]))
+		logRatio := graph.Mul(graph.Sub(logp, old), mask) // 0 off the mask, so exp stays finite
+		ratio := graph.Exp(logRatio)
+		adv := in.Values[valAdv]
+		clipped := graph.Clip(ratio, c(1-epsLow), c(1+epsHigh))
+		obj := graph.Min(graph.Mul(ratio, adv), graph.Mul(clipped, adv))
+
+		delta := graph.Clip(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), c(-KLDeltaClamp), c(KLDeltaClamp))
+		var kl *graph.Node
+		if est == K1 {
+			kl = graph.Neg(delta)
+		} else {
+			kl = graph.Sub(graph.Sub(graph.Exp(delta), delta), c(1))
+		}
+		tokLoss := graph.Neg(obj)
+		if beta > 0 {
+			tokLoss = graph.Add(tokLoss, graph.Mul(c(beta), kl))
+		}
+		loss := graph.ReduceAllSum(graph.Mul(tokLoss, in.Values[valWeight]))
+
+		n := graph.Max(graph.ReduceAllSum(mask), c(1))
+		mean := func(x *graph.Node) *graph.Node { return graph.Div(graph.ReduceAllSum(graph.Mul(x, mask)), n) }
+		zero := c(0)
+		clipLow := f32(graph.LogicalAnd(graph.LessThan(ratio, c(1-epsLow)), graph.LessThan(adv, zero)))
+		clipHigh := f32(graph.LogicalAnd(graph.GreaterThan(ratio, c(1+epsHigh)), graph.GreaterThan(adv, zero)))
+		return loss, map[string]*graph.Node{
+			"kl":         mean(kl),
+			"entropy":    mean(in.Entropy),
+			"clip/low":   mean(clipLow),
+			"clip/high":  mean(clipHigh),
+			"ratio/mean": mean(ratio),
+			"ratio/max":  graph.ReduceAllMax(graph.Mul(ratio, mask)),
+			"approx_kl":  mean(graph.Sub(graph.Sub(ratio, c(1)), logRatio)),
+			"pg_loss":    graph.Div(graph.ReduceAllSum(graph.Mul(graph.Neg(obj), mask)), n),
+			"tokens":     n,
+		}
+	}
+}

@@ -1,0 +1,748 @@
+package agrl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// GRPOTrainer runs GRPO on one policy. Build it with GRPO.Build; drive it with Train, or by
+// hand with WarmStart, Step and EvaluateSplit (the tutorials do). It is not safe for concurrent
+// use.
+type GRPOTrainer struct {
+	cfg      GRPO
+	resolved GRPOConfig
+	run      *RunWriter
+	policy   *Policy
+	ref      *Policy
+	learner  *Trainer
+	env      Env
+	rubric   Rubric
+	splits   map[Split][]Task
+	step     int
+	history  []Metrics
+	started  time.Time
+	sft      *SplitSummary
+	resumed  bool
+}
+
+// Build validates the configuration (reporting every problem at once), creates the run
+// directory (or, when it already holds checkpoints of this run, resumes it), builds or loads
+// the policy and draws the evaluation splits. Nothing is trained yet.
+func (g GRPO) Build() (*GRPOTrainer, error) {
+	if err := g.Validate(); err != nil {
+		return nil, err
+	}
+	t := &GRPOTrainer{cfg: g, resolved: g.Resolved(), env: g.env, rubric: *g.rubric}
+	t.cfg.mix = g.mix.Seed(g.seed)
+	ckdir := filepath.Join(g.out, RunCheckpointsDir)
+	resume := len(Checkpoints(ckdir)) > 0
+	run, err := CreateRun(g.out, t.resolved, resume)
+	if err != nil {
+		return nil, err
+	}
+	t.run = run
+	switch {
+	case resume:
+		if t.policy, err = LoadPolicy(ckdir, g.policyConfig().backend); err != nil {
+			return nil, fmt.Errorf("agrl: resuming %s: %w", g.out, err)
+		}
+		t.resumed = true
+	case g.from != "":
+		if t.policy, err = LoadPolicy(g.from, g.policyConfig().backend); err != nil {
+			return nil, fmt.Errorf("agrl: loading the start policy: %w", err)
+		}
+	default:
+		if t.policy, err = g.policyConfig().Build(); err != nil {
+			return nil, err
+		}
+	}
+	if err := t.drawSplits(); err != nil {
+		return nil, err
+	}
+	if t.resumed {
+		if err := t.restoreProgress(); err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// MustBuild is Build for notebooks: it panics on error.
+func (g GRPO) MustBuild() *GRPOTrainer {
+	t, err := g.Build()
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// Policy returns the policy being trained.
+func (t *GRPOTrainer) Policy() *Policy { return t.policy }
+
+// Run returns the run directory writer.
+func (t *GRPOTrainer) Run() *RunWriter { return t.run }
+
+// StepNumber returns the number of GRPO steps taken so far (resumed runs included).
+func (t *GRPOTrainer) StepNumber() int { return t.step }
+
+// History returns the metrics of every step taken by this process (and, when resumed, the
+// steps read back from metrics.jsonl).
+func (t *GRPOTrainer) History() []Metrics { return t.history }
+
+// Tasks returns the evaluation tasks of a split (Dev, Test or OOD).
+func (t *GRPOTrainer) Tasks(s Split) []Task { return t.splits[s] }
+
+func (t *GRPOTrainer) say(format string, args ...any) {
+	if t.cfg.progress != nil {
+		t.cfg.progress(fmt.Sprintf(format, args...))
+	}
+}
+
+func (t *GRPOTrainer) drawSplits() error {
+	t.splits = map[Split][]Task{}
+	for _, s := range []Split{Dev, Test, OOD} {
+		tasks, err := t.cfg.mix.Tasks(t.env, s, t.cfg.evalN)
+		if err != nil {
+			return err
+		}
+		t.splits[s] = tasks
+	}
+	return nil
+}
+
+// restoreProgress reads the step count from the resumed optimizer state and drops metrics
+// lines logged after that checkpoint (they will be recomputed identically).
+func (t *GRPOTrainer) restoreProgress() error {
+	if err := t.ensureLearner(); err != nil {
+		return err
+	}
+	per := t.cfg.epochs * t.cfg.minibatches
+	t.step = t.learner.Steps() / per
+	r, err := OpenRun(t.cfg.out)
+	if err != nil {
+		return err
+	}
+	for _, m := range r.Metrics {
+		if m.Step() <= t.step {
+			t.history = append(t.history, m)
+		}
+	}
+	if err := rewriteMetrics(t.cfg.out, t.history); err != nil {
+		return err
+	}
+	if r.Summary != nil && r.Summary.SFT != nil {
+		t.sft = r.Summary.SFT
+	}
+	t.say("resumed %s at step %d", t.cfg.out, t.step)
+	return nil
+}
+
+// rewriteMetrics replaces metrics.jsonl with the given lines (atomically).
+func rewriteMetrics(dir string, ms []Metrics) error {
+	var buf []byte
+	for _, m := range ms {
+		b, err := json.Marshal(nanSafe(m))
+		if err != nil {
+			return err
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	return writeFileAtomic(filepath.Join(dir, RunMetricsFile), buf)
+}
+
+func (t *GRPOTrainer) ensureLearner() error {
+	if t.learner != nil {
+		return nil
+	}
+	loss := grpoLoss(t.cfg.epsLow, t.cfg.epsHigh, t.cfg.kl, t.cfg.klEst)
+	l, err := t.policy.NewTrainer("grpo", loss, grpoValues, t.cfg.opt, t.cfg.trainTemp)
+	if err != nil {
+		return err
+	}
+	t.learner = l
+	return nil
+}
+
+// ensureReference loads (or, on first use, saves) the frozen reference policy: the policy as
+// it was when GRPO started, kept in checkpoints/reference.
+func (t *GRPOTrainer) ensureReference() error {
+	if t.ref != nil {
+		return nil
+	}
+	dir := filepath.Join(t.run.CheckpointDir(), "reference")
+	if len(Checkpoints(dir)) == 0 {
+		if _, err := t.policy.Save(dir); err != nil {
+			return fmt.Errorf("agrl: saving the reference policy: %w", err)
+		}
+	}
+	ref, err := LoadPolicy(dir, t.cfg.policyConfig().backend)
+	if err != nil {
+		return fmt.Errorf("agrl: loading the reference policy: %w", err)
+	}
+	t.ref = ref
+	return nil
+}
+
+// rolloutOptions returns the options of training (train=true) or evaluation rollouts.
+func (t *GRPOTrainer) rolloutOptions(train bool, seed uint64) RolloutOptions {
+	temp := t.cfg.evalTemp
+	if train {
+		temp = t.cfg.trainTemp
+	}
+	return RolloutOptions{
+		Sampling:  Sampling{Temperature: temp, Seed: seed, MaxActionTokens: t.cfg.maxActionTokens},
+		Limits:    Limits{MaxTurns: t.cfg.maxTurns},
+		MaxTokens: t.cfg.maxTokens,
+	}
+}
+
+// seedFor derives a seed for one purpose of one step, so that a resumed run draws exactly what
+// an uninterrupted one would.
+func (t *GRPOTrainer) seedFor(purpose string, step int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d\x00%s\x00%d", t.cfg.seed, purpose, step)
+	return h.Sum64()
+}
+
+// WarmStart runs the configured behaviour-cloning warm start (a no-op without one, or when
+// resuming a run that already did it) and evaluates the resulting policy on every split.
+func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
+	if t.cfg.sft == nil || t.resumed || t.step > 0 {
+		return nil, nil
+	}
+	start := time.Now()
+	demos, err := t.demoEpisodes()
+	if err != nil {
+		return nil, err
+	}
+	t.say("warm start: SFT on %d demonstration episodes", len(demos))
+	sft := *t.cfg.sft
+	rep, err := sft.Run(t.policy, demos, nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: warm start: %w", err)
+	}
+	final := rep.Final()
+	t.say("warm start: %d steps, loss %.3f, token accuracy %.3f, %.0f tokens/s, %.0fs",
+		len(rep.Steps), final.Loss, final.Metrics["accuracy"], rep.TokensPerSecond, time.Since(start).Seconds())
+	sum, err := t.evaluateAll("sft", 0)
+	if err != nil {
+		return &rep, err
+	}
+	t.sft = sum
+	if err := t.writeSummary("warm-started"); err != nil {
+		return &rep, err
+	}
+	return &rep, nil
+}
+
+// demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share.
+func (t *GRPOTrainer) demoEpisodes() ([]*Episode, error) {
+	stream, err := t.cfg.mix.Seed(t.seedFor("demos", 0)).Stream(t.env, Train)
+	if err != nil {
+		return nil, err
+	}
+	total := 0.0
+	for _, d := range t.cfg.demos {
+		total += d.Weight
+	}
+	if total <= 0 {
+		return nil, errors.New("agrl: warm start: demo weights sum to 0")
+	}
+	rng := rand.New(rand.NewPCG(t.cfg.seed, 0x64656d6f)) // "demo"
+	lim := Limits{MaxTurns: t.cfg.maxTurns}
+	eps := make([]*Episode, 0, t.cfg.nDemo)
+	for range t.cfg.nDemo {
+		task, err := stream.Next()
+		if err != nil {
+			return nil, err
+		}
+		u, agent := rng.Float64()*total, t.cfg.demos[len(t.cfg.demos)-1].Agent
+		for _, d := range t.cfg.demos {
+			if u < d.Weight {
+				agent = d.Agent
+				break
+			}
+			u -= d.Weight
+		}
+		ep, err := Play(t.env, task, agent, lim)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: warm start demonstration: %w", err)
+		}
+		eps = append(eps, ep)
+	}
+	return eps, nil
+}
+
+// EvaluateSplit plays k episodes of each task of the split with the current policy at the
+// evaluation temperature, scores them and summarises them.
+func (t *GRPOTrainer) EvaluateSplit(s Split, k int) (EvalResult, []*Episode, error) {
+	return EvaluatePolicy(t.policy, t.env, t.rubric, t.splits[s], k, t.rolloutOptions(false, t.seedFor("eval-"+s.String(), t.step)))
+}
+
+// EvaluatePolicy plays k episodes of every task with the policy, scores them with the rubric and
+// summarises them (success, pass@k, mean reward, rates).
+func EvaluatePolicy(p *Policy, env Env, rubric Rubric, tasks []Task, k int, opt RolloutOptions) (EvalResult, []*Episode, error) {
+	if k < 1 {
+		return EvalResult{}, nil, fmt.Errorf("agrl: evaluation needs k >= 1, got %d", k)
+	}
+	if len(tasks) == 0 {
+		return EvalResult{}, nil, errors.New("agrl: evaluation of no tasks")
+	}
+	batch := make([]Task, 0, len(tasks)*k)
+	for _, task := range tasks {
+		for range k {
+			batch = append(batch, task)
+		}
+	}
+	eps, _, err := p.Rollout(env, batch, opt)
+	if err != nil {
+		return EvalResult{}, nil, err
+	}
+	for _, ep := range eps {
+		if _, err := rubric.Score(ep); err != nil {
+			return EvalResult{}, nil, err
+		}
+	}
+	res, err := Evaluate(eps)
+	return res, eps, err
+}
+
+// evaluateAll evaluates on dev, test and OOD (k=1), logs each to eval.jsonl with the label and
+// returns the headline numbers.
+func (t *GRPOTrainer) evaluateAll(label string, step int) (*SplitSummary, error) {
+	sum := &SplitSummary{}
+	for _, s := range []Split{Dev, Test, OOD} {
+		res, _, err := t.EvaluateSplit(s, 1)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: evaluating %s on %s: %w", label, s, err)
+		}
+		if err := t.run.LogEval(EvalRecord{Step: step, Split: s.String(), Label: label, EvalResult: res}); err != nil {
+			return nil, err
+		}
+		switch s {
+		case Dev:
+			sum.DevSuccess, sum.MeanReward = res.Success, res.MeanReward
+		case Test:
+			sum.TestSuccess = res.Success
+		case OOD:
+			sum.OODSuccess = res.Success
+		}
+		t.say("%s %s: success %.3f, reward %.3f, tool calls %.2f", label, s, res.Success, res.MeanReward, res.ToolCallRate)
+	}
+	return sum, nil
+}
+
+func (t *GRPOTrainer) writeSummary(status string) error {
+	s := Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step, Backend: t.policy.Backend().Name(),
+		SFT: t.sft, Status: status}
+	if !t.started.IsZero() {
+		s.WallSeconds = time.Since(t.started).Seconds()
+	}
+	if r, err := OpenRun(t.cfg.out); err == nil && r.Summary != nil {
+		s.WallSeconds += r.Summary.WallSeconds * b2f(t.resumed)
+		if s.Final == nil {
+			s.Final = r.Summary.Final
+		}
+	}
+	return t.run.WriteSummary(s)
+}
+
+// TrainResult is what Train returns: the steps' metrics and the summary it wrote.
+type TrainResult struct {
+	History []Metrics
+	Summary Summary
+}
+
+// Train runs the whole loop: the warm start (if configured), then GRPO steps with periodic
+// evaluation, trajectories and checkpoints, then the final evaluation and summary.json.
+// Cancelling ctx stops after the current step, saves a checkpoint and returns the history so
+// far with ctx's error. A NaN or infinite loss or gradient stops training with an error naming
+// the step; the last good checkpoint stays on disk.
+func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
+	t.started = time.Now()
+	if _, err := t.WarmStart(); err != nil {
+		return t.result(), err
+	}
+	for t.step < t.cfg.steps {
+		if err := ctx.Err(); err != nil {
+			return t.stop("cancelled", err)
+		}
+		m, err := t.Step()
+		if err != nil {
+			_ = t.writeSummary("failed: " + err.Error())
+			return t.result(), err
+		}
+		if t.cfg.onStep != nil {
+			t.cfg.onStep(m)
+		}
+		if every(t.cfg.evalEvery, t.step) && t.step < t.cfg.steps {
+			res, _, err := t.EvaluateSplit(Dev, 1)
+			if err != nil {
+				return t.result(), err
+			}
+			if err := t.run.LogEval(EvalRecord{Step: t.step, Split: Dev.String(), EvalResult: res}); err != nil {
+				return t.result(), err
+			}
+			t.say("step %d dev: success %.3f, reward %.3f", t.step, res.Success, res.MeanReward)
+		}
+		if every(t.cfg.ckptEvery, t.step) && t.step < t.cfg.steps {
+			if err := t.checkpoint(); err != nil {
+				return t.result(), err
+			}
+		}
+	}
+	if err := t.checkpoint(); err != nil {
+		return t.result(), err
+	}
+	final, err := t.evaluateAll("final", t.step)
+	if err != nil {
+		return t.result(), err
+	}
+	s := Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step, Backend: t.policy.Backend().Name(),
+		WallSeconds: time.Since(t.started).Seconds(), SFT: t.sft, Final: final, Status: "completed"}
+	if t.resumed {
+		if r, err := OpenRun(t.cfg.out); err == nil && r.Summary != nil {
+			s.WallSeconds += r.Summary.WallSeconds
+		}
+	}
+	if err := t.run.WriteSummary(s); err != nil {
+		return t.result(), err
+	}
+	res := t.result()
+	res.Summary = s
+	return res, nil
+}
+
+func every(n, step int) bool { return n > 0 && step%n == 0 }
+
+func (t *GRPOTrainer) result() *TrainResult { return &TrainResult{History: t.history} }
+
+func (t *GRPOTrainer) stop(status string, cause error) (*TrainResult, error) {
+	if err := t.checkpoint(); err != nil {
+		return t.result(), errors.Join(cause, err)
+	}
+	if err := t.writeSummary(status); err != nil {
+		return t.result(), errors.Join(cause, err)
+	}
+	return t.result(), cause
+}
+
+func (t *GRPOTrainer) checkpoint() error {
+	if _, err := t.policy.Save(t.run.CheckpointDir()); err != nil {
+		return fmt.Errorf("agrl: checkpoint at step %d: %w", t.step, err)
+	}
+	t.say("checkpoint at step %d", t.step)
+	return nil
+}
+
+// Step takes one GRPO step and returns its metrics (also appended to metrics.jsonl). It reads
+// top to bottom: rollout → score → advantages → loss → update → log.
+func (t *GRPOTrainer) Step() (Metrics, error) {
+	start := time.Now()
+	if err := t.ensureLearner(); err != nil {
+		return nil, err
+	}
+	if err := t.ensureReference(); err != nil {
+		return nil, err
+	}
+	step := t.step + 1
+	G := t.cfg.group
+
+	// 1. Rollout: G episodes of each task, all in one batch through the multi-turn sampler.
+	// 2. Score: the rubric's reward for every episode.
+	// 3. Advantages: group-relative; groups whose rewards are all equal carry no signal (with
+	//    dynamic sampling they are dropped and replaced by new tasks).
+	eps, rewards, adv, roll, err := t.collect(step)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: step %d: %w", step, err)
+	}
+	rollSeconds := time.Since(start).Seconds()
+
+	// 4. Loss inputs: per-token advantages, sampled log-probs, reference log-probs and the
+	//    normalisation weights, for every minibatch.
+	update := time.Now()
+	refScores, err := t.ref.Score(tokensOf(eps), t.cfg.trainTemp)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
+	}
+	// 5. Update: Epochs passes of Minibatches optimizer steps; the first minibatch's ratio is
+	//    exactly 1 (the weights are those that sampled).
+	order := make([]int, len(eps))
+	for i := range order {
+		order[i] = i
+	}
+	shuffle := rand.New(rand.NewPCG(t.seedFor("shuffle", step), 0))
+	agg := map[string]float64{}
+	var gradNorm, loss, lr float64
+	trained := 0
+	for epoch := 0; epoch < t.cfg.epochs; epoch++ {
+		if epoch > 0 {
+			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		}
+		for mb := 0; mb < t.cfg.minibatches; mb++ {
+			idx := order[mb*len(order)/t.cfg.minibatches : (mb+1)*len(order)/t.cfg.minibatches]
+			batch := t.batch(eps, adv, refScores, idx, epoch == 0 && mb == 0)
+			st, err := t.learner.Step(batch)
+			if err != nil {
+				return nil, fmt.Errorf("agrl: step %d: update: %w", step, err)
+			}
+			if bad(st.Loss) || bad(st.GradNorm) {
+				return nil, fmt.Errorf("agrl: step %d: the loss (%v) or gradient norm (%v) is not finite; training stopped, the last good checkpoint is in %s", step, st.Loss, st.GradNorm, t.run.CheckpointDir())
+			}
+			if epoch == 0 && mb == 0 {
+				for k, v := range st.Metrics {
+					agg[k] = v // diagnostics of the first minibatch (ratio exactly 1 there)
+				}
+			}
+			gradNorm, loss, lr = math.Max(gradNorm, st.GradNorm), st.Loss, st.LR
+			trained += st.Tokens
+		}
+	}
+	updSeconds := time.Since(update).Seconds()
+	t.step = step
+
+	// 6. Log: one line of metrics with stable names.
+	m := t.stepMetrics(eps, rewards, roll)
+	m["step"] = float64(step)
+	for _, k := range []string{"kl", "entropy", "clip/low", "clip/high", "approx_kl", "ratio/mean", "ratio/max", "pg_loss"} {
+		m[k] = agg[k]
+	}
+	m["loss"], m["grad_norm"], m["lr"] = loss, gradNorm, lr
+	total := time.Since(start).Seconds()
+	m["time/step_seconds"], m["time/rollout_seconds"], m["time/update_seconds"] = total, rollSeconds, updSeconds
+	m["tokens/sampled"], m["tokens/trained"] = float64(roll.generated), float64(trained)
+	m["tokens_per_second"] = float64(roll.tokens+trained) / total
+	t.history = append(t.history, m)
+	if err := t.run.LogMetrics(m); err != nil {
+		return m, err
+	}
+	if every(t.cfg.trajEvery, step) || step == 1 {
+		if err := t.run.SaveTrajectories(step, pickTrajectories(eps, 4)); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
+
+func tokensOf(eps []*Episode) [][]int32 {
+	out := make([][]int32, len(eps))
+	for i, ep := range eps {
+		out[i] = ep.Tokens
+	}
+	return out
+}
+
+// rollStats accumulates the sampling work and group statistics of one step.
+type rollStats struct {
+	groups, zeroStd, refills, dropped int
+	tokens, generated                 int
+	seconds                           float64
+}
+
+// collect samples and scores the step's groups (refilling all-equal groups when dynamic
+// sampling is on) and returns episodes, rewards and advantages aligned with each other.
+func (t *GRPOTrainer) collect(step int) ([]*Episode, []float64, []float64, rollStats, error) {
+	var st rollStats
+	G, want := t.cfg.group, t.cfg.tasksPerStep
+	stream, err := t.cfg.mix.Seed(t.seedFor("tasks", step)).Stream(t.env, Train)
+	if err != nil {
+		return nil, nil, nil, st, err
+	}
+	var eps []*Episode
+	var rewards, adv []float64
+	for round := 0; len(eps) < want*G && round < 4; round++ {
+		need := want - len(eps)/G
+		if round > 0 {
+			st.refills++
+		}
+		batch := make([]Task, 0, need*G)
+		for range need {
+			task, err := stream.Next()
+			if err != nil {
+				return nil, nil, nil, st, err
+			}
+			for range G {
+				batch = append(batch, task)
+			}
+		}
+		got, rst, err := t.policy.Rollout(t.env, batch, t.rolloutOptions(true, t.seedFor(fmt.Sprintf("rollout-%d", round), step)))
+		if err != nil {
+			return nil, nil, nil, st, err
+		}
+		st.tokens += rst.Tokens
+		st.generated += rst.Generated
+		st.seconds += rst.Seconds
+		r := make([]float64, len(got))
+		for i, ep := range got {
+			if r[i], err = t.rubric.Score(ep); err != nil {
+				return nil, nil, nil, st, err
+			}
+		}
+		a, gs, err := GroupAdvantages(r, G, t.cfg.advNorm)
+		if err != nil {
+			return nil, nil, nil, st, err
+		}
+		if round == 0 {
+			st.groups, st.zeroStd = gs.Groups, gs.ZeroStd
+		}
+		for gi := 0; gi < len(got); gi += G {
+			allEqual := true
+			for _, v := range a[gi : gi+G] {
+				allEqual = allEqual && v == 0
+			}
+			if t.cfg.dynamic && allEqual && round < 3 {
+				st.dropped++
+				continue
+			}
+			eps = append(eps, got[gi:gi+G]...)
+			rewards = append(rewards, r[gi:gi+G]...)
+			adv = append(adv, a[gi:gi+G]...)
+		}
+		if !t.cfg.dynamic {
+			break
+		}
+	}
+	return eps, rewards, adv, st, nil
+}
+
+// batch builds the optimizer batch of the episodes at idx: per-token mask, advantage, old and
+// reference log-probs, and the normalisation weights of the loss.
+func (t *GRPOTrainer) batch(eps []*Episode, adv []float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
+	b := TrainBatch{Values: map[string][][]float32{}}
+	masks := make([][]float32, len(idx))
+	seqTokens := make([]int, len(idx))
+	total := 0
+	for k, i := range idx {
+		ep := eps[i]
+		m := make([]float32, len(ep.Tokens))
+		if !(t.cfg.maskTruncated && ep.Termination == TokenBudget) {
+			for j, v := range ep.LossMask {
+				m[j] = float32(v)
+				seqTokens[k] += int(v)
+			}
+		}
+		masks[k] = m
+		total += seqTokens[k]
+	}
+	budget := t.resolved.MaxTokens
+	freshVal := float32(b2f(fresh))
+	for k, i := range idx {
+		ep := eps[i]
+		n := len(ep.Tokens)
+		a, old, rf, w, fr := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+		// Normalisation (DESIGN rule 4: over the whole optimizer batch, never per sequence
+		// chunk): token-mean divides by all policy tokens of the batch; seq-mean by each
+		// sequence's tokens and the number of sequences; Dr. GRPO by sequences × budget.
+		var scale float64
+		switch t.cfg.lossNorm {
+		case SeqMean:
+			if seqTokens[k] > 0 {
+				scale = 1 / (float64(seqTokens[k]) * float64(len(idx)))
+			}
+		case ConstNorm:
+			scale = 1 / (float64(len(idx)) * float64(budget))
+		default:
+			if total > 0 {
+				scale = 1 / float64(total)
+			}
+		}
+		for j := range n {
+			fr[j] = freshVal
+			if j > 0 {
+				rf[j] = ref[i].LogProbs[j-1] // Score's entry j-1 is about token j
+			}
+			if masks[k][j] == 0 {
+				continue
+			}
+			a[j] = float32(adv[i])
+			old[j] = ep.LogProbs[j]
+			w[j] = float32(scale)
+		}
+		b.Tokens = append(b.Tokens, ep.Tokens)
+		b.Values[valMask] = append(b.Values[valMask], masks[k])
+		b.Values[valAdv] = append(b.Values[valAdv], a)
+		b.Values[valOldLogp] = append(b.Values[valOldLogp], old)
+		b.Values[valRefLogp] = append(b.Values[valRefLogp], rf)
+		b.Values[valWeight] = append(b.Values[valWeight], w)
+		b.Values[valFresh] = append(b.Values[valFresh], fr)
+	}
+	return b
+}
+
+// stepMetrics computes the episode-level metrics of a step (DESIGN §2 rule 10).
+func (t *GRPOTrainer) stepMetrics(eps []*Episode, rewards []float64, st rollStats) Metrics {
+	m := Metrics{}
+	n := float64(len(eps))
+	mean, sq := 0.0, 0.0
+	for _, r := range rewards {
+		mean += r
+	}
+	mean /= n
+	for _, r := range rewards {
+		sq += (r - mean) * (r - mean)
+	}
+	m["reward/mean"], m["reward/std"] = mean, math.Sqrt(sq/n)
+	comp := map[string]float64{}
+	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid float64
+	for _, ep := range eps {
+		for _, r := range ep.Rewards {
+			comp[r.Name] += r.Value / n
+		}
+		success += b2f(ep.Correct)
+		for _, v := range ep.LossMask {
+			length += float64(v)
+		}
+		turns += float64(len(ep.Turns))
+		truncated += b2f(ep.Termination == TokenBudget)
+		callEps += b2f(ep.ToolCalls() > 0)
+		calls += float64(ep.ToolCalls())
+		callErrs += float64(ep.ToolErrors())
+		actions += float64(len(ep.Turns))
+		invalid += float64(ep.InvalidActions())
+	}
+	for k, v := range comp {
+		m["reward/"+k] = v
+	}
+	m["success"] = success / n
+	m["response_length"] = length / n
+	m["turns"] = turns / n
+	m["truncated"] = truncated / n
+	m["tool_call_rate"] = callEps / n
+	m["tool_error_rate"] = ratio(callErrs, calls)
+	m["invalid_rate"] = ratio(invalid, actions)
+	m["frac_reward_zero_std"] = ratio(float64(st.zeroStd), float64(st.groups))
+	m["dynamic/refills"], m["dynamic/dropped_groups"] = float64(st.refills), float64(st.dropped)
+	m["episodes"] = n
+	return m
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// pickTrajectories keeps up to k successes and k failures (the lowest rewards first).
+func pickTrajectories(eps []*Episode, k int) []*Episode {
+	var wins, losses []*Episode
+	for _, ep := range eps {
+		if ep.Correct {
+			wins = append(wins, ep)
+		} else {
+			losses = append(losses, ep)
+		}
+	}
+	sort.SliceStable(losses, func(i, j int) bool { return losses[i].Reward < losses[j].Reward })
+	return append(wins[:min(k, len(wins))], losses[:min(k, len(losses))]...)
+}
