@@ -1,0 +1,401 @@
+package agrl
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomlx/gomlx/ml/model"
+	"github.com/gomlx/gomlx/ml/model/checkpoint"
+)
+
+// Checkpoints.
+//
+// A checkpoint directory holds numbered checkpoints and a pointer to the newest:
+//
+//	dir/ckpt-000007/policy.json   model configuration and tokenizer
+//	dir/ckpt-000007/checkpoint-…  GoMLX checkpoint: weights and optimizer state (the whole store)
+//	dir/LATEST                    "ckpt-000007"
+//
+// Save is atomic: it writes a new checkpoint into a temporary directory, syncs it, renames it
+// into place and only then rewrites LATEST (written to a temporary file and renamed). A
+// process killed at any moment leaves the previous checkpoint loadable; LoadPolicy also falls
+// back to the newest complete checkpoint if LATEST is missing or points at a damaged one.
+
+const (
+	latestFile     = "LATEST"
+	policyFile     = "policy.json"
+	ckptPrefix     = "ckpt-"
+	tmpPrefix      = ".tmp-ckpt-"
+	policyFormat   = 1
+	defaultKeepCkp = 2
+)
+
+// lmJSON is the saved form of an LM configuration (the backend is a run-time choice and is not
+// saved).
+type lmJSON struct {
+	Width     int        `json:"width"`
+	Layers    int        `json:"layers"`
+	Heads     int        `json:"heads"`
+	Context   int        `json:"context"`
+	MLP       int        `json:"mlp"`
+	Seed      uint64     `json:"seed"`
+	InitStd   float64    `json:"init_std"`
+	Vocab     int        `json:"vocab"`
+	Params    int        `json:"params"`
+	Tokenizer *Tokenizer `json:"tokenizer"`
+}
+
+// MarshalJSON writes the configuration (tokenizer included, backend excluded).
+func (c LM) MarshalJSON() ([]byte, error) {
+	return json.Marshal(lmJSON{Width: c.width, Layers: c.layers, Heads: c.heads, Context: c.context, MLP: c.mlp,
+		Seed: c.seed, InitStd: c.initStd, Vocab: c.Vocab(), Params: c.Params(), Tokenizer: c.tok})
+}
+
+// UnmarshalJSON reads a configuration written by MarshalJSON; the backend is left unset.
+func (c *LM) UnmarshalJSON(b []byte) error {
+	var j lmJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	if j.Tokenizer == nil {
+		return errors.New("agrl: saved LM has no tokenizer")
+	}
+	*c = LM{tok: j.Tokenizer, width: j.Width, layers: j.Layers, heads: j.Heads, context: j.Context, mlp: j.MLP,
+		seed: j.Seed, initStd: j.InitStd}
+	if j.Vocab != 0 && j.Vocab != c.Vocab() {
+		return fmt.Errorf("agrl: saved LM has vocabulary %d, its tokenizer %d", j.Vocab, c.Vocab())
+	}
+	return nil
+}
+
+type policyJSON struct {
+	Format int       `json:"format"`
+	LM     LM        `json:"lm"`
+	Saved  time.Time `json:"saved"`
+}
+
+// saveHook, when set by tests, is called between the stages of Save; an error aborts the save
+// there, like a crash.
+var saveHook func(stage string) error
+
+func hook(stage string) error {
+	if saveHook != nil {
+		return saveHook(stage)
+	}
+	return nil
+}
+
+// Save writes the policy — configuration, tokenizer, weights and every trainer's optimizer
+// state — as a new checkpoint in dir, atomically, keeping the two newest checkpoints. It
+// returns the checkpoint's directory.
+func (p *Policy) Save(dir string) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("agrl: Save: %w", err)
+	}
+	tmp, err := os.MkdirTemp(dir, tmpPrefix)
+	if err != nil {
+		return "", fmt.Errorf("agrl: Save: %w", err)
+	}
+	final, err := p.writeCheckpoint(dir, tmp)
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return "", fmt.Errorf("agrl: Save to %s: %w", dir, err)
+	}
+	pruneCheckpoints(dir, defaultKeepCkp)
+	return final, nil
+}
+
+func (p *Policy) writeCheckpoint(dir, tmp string) (string, error) {
+	meta, err := json.MarshalIndent(policyJSON{Format: policyFormat, LM: p.cfg, Saved: time.Now().UTC()}, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileSync(filepath.Join(tmp, policyFile), meta); err != nil {
+		return "", err
+	}
+	prevLoader := p.store.Loader()
+	err = catch(func() error {
+		h, err := checkpoint.Build(p.store).Dir(tmp).Keep(-1).Done()
+		if err != nil {
+			return err
+		}
+		return h.Save()
+	})
+	p.store.SetLoader(prevLoader)
+	if err != nil {
+		return "", err
+	}
+	if err := hook("written"); err != nil {
+		return "", err
+	}
+	if err := syncDir(tmp, true); err != nil {
+		return "", err
+	}
+	n := 1
+	if names := listCheckpoints(dir); len(names) > 0 {
+		n = ckptNumber(names[len(names)-1]) + 1
+	}
+	name := fmt.Sprintf("%s%06d", ckptPrefix, n)
+	final := filepath.Join(dir, name)
+	if err := os.Rename(tmp, final); err != nil {
+		return "", err
+	}
+	if err := syncDir(dir, false); err != nil {
+		return "", err
+	}
+	if err := hook("renamed"); err != nil {
+		return "", err
+	}
+	latestTmp := filepath.Join(dir, "."+latestFile+".tmp")
+	if err := writeFileSync(latestTmp, []byte(name+"\n")); err != nil {
+		return "", err
+	}
+	if err := os.Rename(latestTmp, filepath.Join(dir, latestFile)); err != nil {
+		return "", err
+	}
+	return final, syncDir(dir, false)
+}
+
+// MustSave is Save for notebooks: it panics on error.
+func (p *Policy) MustSave(dir string) string {
+	d, err := p.Save(dir)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// syncDir fsyncs a directory (and, with files set, every regular file in it).
+func syncDir(dir string, files bool) error {
+	if files {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() {
+				continue
+			}
+			f, err := os.Open(filepath.Join(dir, e.Name()))
+			if err != nil {
+				return err
+			}
+			err = f.Sync()
+			_ = f.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func ckptNumber(name string) int {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, ckptPrefix))
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// listCheckpoints returns the checkpoint directory names in dir, oldest first.
+func listCheckpoints(dir string) []string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), ckptPrefix) && ckptNumber(e.Name()) >= 0 {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Slice(names, func(i, j int) bool { return ckptNumber(names[i]) < ckptNumber(names[j]) })
+	return names
+}
+
+// pruneCheckpoints removes all but the newest keep checkpoints (never the one LATEST names)
+// and temporary directories left by interrupted saves.
+func pruneCheckpoints(dir string, keep int) {
+	latest := readLatest(dir)
+	names := listCheckpoints(dir)
+	for i := 0; i < len(names)-keep; i++ {
+		if names[i] != latest {
+			_ = os.RemoveAll(filepath.Join(dir, names[i]))
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() && strings.HasPrefix(e.Name(), tmpPrefix) {
+			if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > time.Minute {
+				_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+}
+
+func readLatest(dir string) string {
+	b, err := os.ReadFile(filepath.Join(dir, latestFile))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Checkpoints lists the complete checkpoints in dir, newest first (LATEST's first when valid).
+func Checkpoints(dir string) []string {
+	names := listCheckpoints(dir)
+	var out []string
+	latest := readLatest(dir)
+	if latest != "" {
+		out = append(out, filepath.Join(dir, latest))
+	}
+	for i := len(names) - 1; i >= 0; i-- {
+		if names[i] != latest {
+			out = append(out, filepath.Join(dir, names[i]))
+		}
+	}
+	return out
+}
+
+// LoadPolicy restores the newest loadable checkpoint in dir (the one LATEST names, else the
+// newest complete one) on the given backend ("" means BackendFromEnv()). The policy's
+// trainers, rebuilt with the same names, continue from the saved optimizer state.
+func LoadPolicy(dir, backend string) (*Policy, error) {
+	cands := Checkpoints(dir)
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("agrl: LoadPolicy: no checkpoint in %s", dir)
+	}
+	var errs []error
+	for _, c := range cands {
+		p, err := loadCheckpoint(c, backend)
+		if err == nil {
+			return p, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(c), err))
+	}
+	return nil, fmt.Errorf("agrl: LoadPolicy: no loadable checkpoint in %s: %w", dir, errors.Join(errs...))
+}
+
+// MustLoadPolicy is LoadPolicy for notebooks: it panics on error.
+func MustLoadPolicy(dir, backend string) *Policy {
+	p, err := LoadPolicy(dir, backend)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+func loadCheckpoint(ckdir, backend string) (*Policy, error) {
+	b, err := os.ReadFile(filepath.Join(ckdir, policyFile))
+	if err != nil {
+		return nil, err
+	}
+	var meta policyJSON
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", policyFile, err)
+	}
+	if meta.Format != policyFormat {
+		return nil, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)
+	}
+	p, err := meta.LM.Backend(backend).Build()
+	if err != nil {
+		return nil, err
+	}
+	err = catch(func() error {
+		prev := p.store.Loader()
+		defer p.store.SetLoader(prev)
+		// Not Immediate(): in GoMLX v0.28.2 it looks existing variables up by their checkpoint
+		// key and silently leaves them unset. Done() sets the existing variables (the weights);
+		// the rest (optimizer state) is created from LoadedVariables.
+		h, err := checkpoint.Load(p.store).Dir(ckdir).Done()
+		if err != nil {
+			return err
+		}
+		for key, val := range h.LoadedVariables() {
+			path, ok := strings.CutPrefix(key, "var:")
+			if !ok {
+				continue
+			}
+			if p.store.GetVariable(path) != nil {
+				continue
+			}
+			v, err := p.store.CreateVariable(path, val)
+			if err != nil {
+				return err
+			}
+			v.SetTrainable(false)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return p, checkWeightsSaved(ckdir, p.cfg)
+}
+
+// checkWeightsSaved verifies that the GoMLX checkpoint in ckdir holds every weight of cfg
+// with its shape (a weight it lacks would silently keep its random initial value).
+func checkWeightsSaved(ckdir string, cfg LM) error {
+	files, _ := filepath.Glob(filepath.Join(ckdir, "checkpoint-*.json"))
+	if len(files) != 1 {
+		return fmt.Errorf("want one GoMLX checkpoint in %s, found %d", ckdir, len(files))
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		return err
+	}
+	var saved struct {
+		Variables []struct {
+			ParameterName string
+			Dimensions    []int
+		}
+	}
+	if err := json.Unmarshal(b, &saved); err != nil {
+		return err
+	}
+	dims := map[string][]int{}
+	for _, v := range saved.Variables {
+		dims[v.ParameterName] = v.Dimensions
+	}
+	for _, w := range cfg.weightSpecs() {
+		d, ok := dims["var:"+model.JoinPath(lmScope, w.name)]
+		if !ok {
+			return fmt.Errorf("weight %s missing from the checkpoint", w.name)
+		}
+		if fmt.Sprint(d) != fmt.Sprint(w.dims) {
+			return fmt.Errorf("weight %s saved with shape %v, the configuration says %v", w.name, d, w.dims)
+		}
+	}
+	return nil
+}

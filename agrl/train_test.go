@@ -1,0 +1,123 @@
+package agrl
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/gomlx/gomlx/core/graph"
+)
+
+// advLoss is a policy-gradient-shaped loss: -Σ mask·adv·logp / Σ mask.
+func advLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
+	mask := graph.Mul(in.Values["mask"], in.Valid)
+	g := mask.Graph()
+	n := graph.Max(graph.ReduceAllSum(mask), graph.Const(g, float32(1)))
+	loss := graph.Div(graph.Neg(graph.ReduceAllSum(graph.Mul(graph.Mul(mask, in.Values["adv"]), in.LogProbs))), n)
+	return loss, map[string]*graph.Node{"entropy": graph.Div(graph.ReduceAllSum(graph.Mul(mask, in.Entropy)), n)}
+}
+
+// oneStep returns the weights after one AdamW step on b from the seed-6 test model, and the loss.
+func oneStep(t *testing.T, b TrainBatch) (map[string][]float32, float64) {
+	p := testLM().Seed(6).MustBuild()
+	tr, err := p.NewTrainer("pg", advLoss, []string{"mask", "adv"}, NewAdamW().LR(1e-2), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.Step(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return weightsOf(t, p), st.Loss
+}
+
+func TestLossMasking(t *testing.T) {
+	tok := ASCIITokenizer()
+	// Prompt, an action, an observation, an action, then a trailing observation.
+	build := func(lastObs string) ([]int32, []float32) {
+		ids := tok.AppendEncode([]int32{BOS}, "What is 2+3?")
+		mask := make([]float32, len(ids))
+		add := func(text string, m float32) {
+			n := len(ids)
+			ids = tok.AppendEncode(ids, text)
+			for range len(ids) - n {
+				mask = append(mask, m)
+			}
+		}
+		add("<tool>add(2+3)</tool>", 1)
+		add("<obs>5</obs>", 0)
+		add("<answer>5</answer>", 1)
+		add("<obs>"+lastObs+"</obs>", 0)
+		return ids, mask
+	}
+	ids1, mask1 := build("correct!")
+	ids2, mask2 := build("WRONG?? x")
+	adv := func(mask []float32, junk float32) []float32 {
+		a := make([]float32, len(mask))
+		for i, m := range mask {
+			if m == 1 {
+				a[i] = 0.7
+			} else {
+				a[i] = junk // must not matter
+			}
+		}
+		return a
+	}
+	batch := func(ids []int32, mask []float32, junk float32) TrainBatch {
+		return TrainBatch{Tokens: [][]int32{ids, ids1[:20]}, Values: map[string][][]float32{
+			"mask": {mask, mask1[:20]}, "adv": {adv(mask, junk), adv(mask1[:20], junk)}}}
+	}
+	w1, loss1 := oneStep(t, batch(ids1, mask1, 0))
+	w2, loss2 := oneStep(t, batch(ids2, mask2, 0))  // other observation targets
+	w3, loss3 := oneStep(t, batch(ids1, mask1, 50)) // other values where the mask is 0
+	if loss1 != loss2 || loss1 != loss3 {
+		t.Errorf("losses differ: %v %v %v", loss1, loss2, loss3)
+	}
+	if d := maxDiff(w1, w2); d > 1e-7 {
+		t.Errorf("changing observation targets changed the update by %g", d)
+	}
+	if d := maxDiff(w1, w3); d > 1e-7 {
+		t.Errorf("changing masked values changed the update by %g", d)
+	}
+	// And the loss is the masked mean the scorer gives.
+	p := testLM().Seed(6).MustBuild()
+	sc, err := p.Score([][]int32{ids1, ids1[:20]}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, n := 0.0, 0.0
+	for i, m := range [][]float32{mask1, mask1[:20]} {
+		for j := 1; j < len(m); j++ {
+			sum += float64(m[j]) * 0.7 * float64(sc[i].LogProbs[j-1])
+			n += float64(m[j])
+		}
+	}
+	if want := -sum / n; math.Abs(want-loss1) > 1e-5 {
+		t.Errorf("loss %v, masked mean of scorer log-probs %v", loss1, want)
+	}
+	if slices.Equal(ids1, ids2) {
+		t.Fatal("test batches are equal")
+	}
+}
+
+func TestTrainerValidation(t *testing.T) {
+	p := testLM().MustBuild()
+	if _, err := p.NewTrainer("bad name", nil, []string{"a", "a"}, NewAdamW().LR(-1), 0); err == nil {
+		t.Fatal("bad trainer accepted")
+	}
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tr.Step(TrainBatch{Tokens: [][]int32{{BOS, 20, 21}}, Values: map[string][][]float32{"mask": {{0, 1}}}})
+	if err == nil {
+		t.Error("misaligned values accepted")
+	}
+	_, err = tr.Step(TrainBatch{Tokens: [][]int32{{BOS, 20, 21}}})
+	if err == nil {
+		t.Error("missing values accepted")
+	}
+	if got := NewAdamW().LR(1).Warmup(10).LearningRate(5); got != 0.5 {
+		t.Errorf("warm-up LR %v", got)
+	}
+}
