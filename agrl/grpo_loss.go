@@ -31,6 +31,8 @@ func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
 	return func(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 		g := in.LogProbs.Graph()
 		c := func(v float64) *graph.Node { return graph.Const(g, float32(v)) }
+		// clamp via Min/Max: GoMLX defines no gradient for Clamp.
+		clamp := func(x *graph.Node, lo, hi float64) *graph.Node { return graph.Max(graph.Min(x, c(hi)), c(lo)) }
 		f32 := func(x *graph.Node) *graph.Node { return graph.ConvertDType(x, dtypes.Float32) }
 		mask := graph.Mul(in.Values[valMask], in.Valid)
 		fresh := in.Values[valFresh]
@@ -39,10 +41,10 @@ func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
 		logRatio := graph.Mul(graph.Sub(logp, old), mask) // 0 off the mask, so exp stays finite
 		ratio := graph.Exp(logRatio)
 		adv := in.Values[valAdv]
-		clipped := graph.Clip(ratio, c(1-epsLow), c(1+epsHigh))
+		clipped := clamp(ratio, 1-epsLow, 1+epsHigh)
 		obj := graph.Min(graph.Mul(ratio, adv), graph.Mul(clipped, adv))
 
-		delta := graph.Clip(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), c(-KLDeltaClamp), c(KLDeltaClamp))
+		delta := clamp(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), -KLDeltaClamp, KLDeltaClamp)
 		var kl *graph.Node
 		if est == K1 {
 			kl = graph.Neg(delta)

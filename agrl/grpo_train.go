@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // GRPOTrainer runs GRPO on one policy. Build it with GRPO.Build; drive it with Train, or by
@@ -31,6 +33,8 @@ type GRPOTrainer struct {
 	started  time.Time
 	sft      *SplitSummary
 	resumed  bool
+	// priorWall is the wall time a resumed run had spent before its stop.
+	priorWall float64
 }
 
 // Build validates the configuration (reporting every problem at once), creates the run
@@ -138,8 +142,8 @@ func (t *GRPOTrainer) restoreProgress() error {
 	if err := rewriteMetrics(t.cfg.out, t.history); err != nil {
 		return err
 	}
-	if r.Summary != nil && r.Summary.SFT != nil {
-		t.sft = r.Summary.SFT
+	if r.Summary != nil {
+		t.sft, t.priorWall = r.Summary.SFT, r.Summary.WallSeconds
 	}
 	t.say("resumed %s at step %d", t.cfg.out, t.step)
 	return nil
@@ -341,18 +345,8 @@ func (t *GRPOTrainer) evaluateAll(label string, step int) (*SplitSummary, error)
 }
 
 func (t *GRPOTrainer) writeSummary(status string) error {
-	s := Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step, Backend: t.policy.Backend().Name(),
-		SFT: t.sft, Status: status}
-	if !t.started.IsZero() {
-		s.WallSeconds = time.Since(t.started).Seconds()
-	}
-	if r, err := OpenRun(t.cfg.out); err == nil && r.Summary != nil {
-		s.WallSeconds += r.Summary.WallSeconds * b2f(t.resumed)
-		if s.Final == nil {
-			s.Final = r.Summary.Final
-		}
-	}
-	return t.run.WriteSummary(s)
+	return t.run.WriteSummary(Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step,
+		Backend: t.policy.Backend().Name(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status})
 }
 
 // TrainResult is what Train returns: the steps' metrics and the summary it wrote.
@@ -368,17 +362,38 @@ type TrainResult struct {
 // the step; the last good checkpoint stays on disk.
 func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
 	t.started = time.Now()
+	sum, err := t.train(ctx)
+	res := t.result()
+	switch {
+	case err == nil:
+		res.Summary = *sum
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		if cerr := t.checkpoint(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		if serr := t.writeSummary("cancelled"); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	default:
+		if serr := t.writeSummary("failed: " + err.Error()); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
+	return res, err
+}
+
+// train is Train's loop; Train records how it ended.
+func (t *GRPOTrainer) train(ctx context.Context) (*Summary, error) {
 	if _, err := t.WarmStart(); err != nil {
-		return t.result(), err
+		return nil, err
 	}
 	for t.step < t.cfg.steps {
 		if err := ctx.Err(); err != nil {
-			return t.stop("cancelled", err)
+			return nil, err
 		}
 		m, err := t.Step()
 		if err != nil {
-			_ = t.writeSummary("failed: " + err.Error())
-			return t.result(), err
+			return nil, err
 		}
 		if t.cfg.onStep != nil {
 			t.cfg.onStep(m)
@@ -386,56 +401,52 @@ func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
 		if every(t.cfg.evalEvery, t.step) && t.step < t.cfg.steps {
 			res, _, err := t.EvaluateSplit(Dev, 1)
 			if err != nil {
-				return t.result(), err
+				return nil, err
 			}
 			if err := t.run.LogEval(EvalRecord{Step: t.step, Split: Dev.String(), EvalResult: res}); err != nil {
-				return t.result(), err
+				return nil, err
 			}
 			t.say("step %d dev: success %.3f, reward %.3f", t.step, res.Success, res.MeanReward)
 		}
 		if every(t.cfg.ckptEvery, t.step) && t.step < t.cfg.steps {
 			if err := t.checkpoint(); err != nil {
-				return t.result(), err
+				return nil, err
 			}
 		}
 	}
 	if err := t.checkpoint(); err != nil {
-		return t.result(), err
+		return nil, err
 	}
 	final, err := t.evaluateAll("final", t.step)
 	if err != nil {
-		return t.result(), err
+		return nil, err
 	}
 	s := Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step, Backend: t.policy.Backend().Name(),
-		WallSeconds: time.Since(t.started).Seconds(), SFT: t.sft, Final: final, Status: "completed"}
-	if t.resumed {
-		if r, err := OpenRun(t.cfg.out); err == nil && r.Summary != nil {
-			s.WallSeconds += r.Summary.WallSeconds
-		}
-	}
+		WallSeconds: t.wallSeconds(), SFT: t.sft, Final: final, Status: "completed"}
 	if err := t.run.WriteSummary(s); err != nil {
-		return t.result(), err
+		return nil, err
 	}
-	res := t.result()
-	res.Summary = s
-	return res, nil
+	return &s, nil
+}
+
+// wallSeconds is the training time of this process plus, for a resumed run, the time recorded
+// before the stop.
+func (t *GRPOTrainer) wallSeconds() float64 {
+	w := 0.0
+	if !t.started.IsZero() {
+		w = time.Since(t.started).Seconds()
+	}
+	return w + t.priorWall
 }
 
 func every(n, step int) bool { return n > 0 && step%n == 0 }
 
 func (t *GRPOTrainer) result() *TrainResult { return &TrainResult{History: t.history} }
 
-func (t *GRPOTrainer) stop(status string, cause error) (*TrainResult, error) {
-	if err := t.checkpoint(); err != nil {
-		return t.result(), errors.Join(cause, err)
-	}
-	if err := t.writeSummary(status); err != nil {
-		return t.result(), errors.Join(cause, err)
-	}
-	return t.result(), cause
-}
-
 func (t *GRPOTrainer) checkpoint() error {
+	if err := t.policy.checkFinite(); err != nil {
+		return fmt.Errorf("agrl: checkpoint at step %d not saved: %w; the last good checkpoint is in %s", t.step, err, t.run.CheckpointDir())
+	}
 	if _, err := t.policy.Save(t.run.CheckpointDir()); err != nil {
 		return fmt.Errorf("agrl: checkpoint at step %d: %w", t.step, err)
 	}
@@ -454,7 +465,6 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 		return nil, err
 	}
 	step := t.step + 1
-	G := t.cfg.group
 
 	// 1. Rollout: G episodes of each task, all in one batch through the multi-turn sampler.
 	// 2. Score: the rubric's reward for every episode.
@@ -530,6 +540,26 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// checkFinite returns an error when a model weight holds NaN or Inf.
+func (p *Policy) checkFinite() error {
+	for _, w := range p.cfg.weightSpecs() {
+		v := p.store.GetVariable(lmScope + "/" + w.name)
+		if v == nil {
+			continue
+		}
+		val, err := v.Value()
+		if err != nil {
+			return err
+		}
+		for _, x := range tensors.MustCopyFlatData[float32](val) {
+			if bad(float64(x)) {
+				return fmt.Errorf("weight %s holds %v", w.name, x)
+			}
+		}
+	}
+	return nil
 }
 
 func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }

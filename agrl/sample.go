@@ -215,7 +215,11 @@ func (d *Decoder) Run(next NextFunc) error {
 			if counts[i] == 0 || len(sq.pending) > 0 || !sq.generating {
 				continue
 			}
-			tok, lp := d.draw(sq, logp[i*v:(i+1)*v])
+			row := logp[i*v : (i+1)*v]
+			if !finiteRow(row) {
+				return fmt.Errorf("agrl: Decoder: sequence %d: the next-token log-probs are not finite (NaN or Inf weights?)", i)
+			}
+			tok, lp := d.draw(sq, row)
 			sq.action = append(sq.action, tok)
 			sq.actionLogp = append(sq.actionLogp, lp)
 			sq.pending = append(sq.pending, tok)
@@ -301,6 +305,18 @@ func (d *Decoder) step(k int) ([]int, []float32, error) {
 	}
 	d.Steps++
 	return counts, logp, nil
+}
+
+// finiteRow reports whether a row of log-probs holds no NaN and at least one finite value.
+func finiteRow(row []float32) bool {
+	ok := false
+	for _, lp := range row {
+		if lp != lp {
+			return false
+		}
+		ok = ok || !math.IsInf(float64(lp), 0)
+	}
+	return ok
 }
 
 // draw samples one token from a row of log-probs and returns it with its log-prob.

@@ -1,0 +1,386 @@
+package agrl
+
+import (
+	"context"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// addGuesser answers addEnv tasks at once with a guess that is right a third of the time: the
+// imperfect half of the warm start's demonstrations.
+var addGuesser = AgentFunc(func(ep *Episode) (string, error) {
+	gold, _ := strconv.Atoi(ep.Task.Answer)
+	rng := rand.New(rand.NewPCG(uint64(gold), uint64(len(ep.Task.Prompt))))
+	if rng.IntN(3) > 0 {
+		gold += 1 + rng.IntN(5)
+	}
+	return AnswerText(strconv.Itoa(gold)), nil
+})
+
+// tinyGRPO is a configuration that trains in seconds: a 2-layer width-64 model on addEnv.
+func tinyGRPO(t *testing.T) GRPO {
+	return NewGRPO().Env(addEnv{}).
+		Rubric(NewRubric().Add("answer", ExactAnswer, 1).Add("tool", UsedTool("add"), 0.5)).
+		Mix(NewMix(1).Only(Medium)).
+		Policy(TinyLM().Width(64).Heads(4).Layers(2).MLP(128).Context(64)).
+		Group(8).TasksPerStep(4).LR(5e-4).KL(0).MaxActionTokens(24).
+		EvalTasks(24).EvalEvery(0).TrajectoriesEvery(5).CheckpointEvery(0).Steps(20).Seed(3).
+		Out(filepath.Join(t.TempDir(), "run"))
+}
+
+// warm adds the warm start: SFT on half expert, half guessing demonstrations.
+func warm(g GRPO) GRPO {
+	return g.WarmStart(SFT().Steps(150).Batch(16), Demo{Name: "expert", Agent: addExpert, Weight: 1}, Demo{Name: "guess", Agent: addGuesser, Weight: 1}).
+		DemoEpisodes(120)
+}
+
+// TestGRPOImprovesOnTrivialTask: after an imperfect warm start, GRPO must discover that calling
+// the tool pays (the rubric rewards it), on held-out dev tasks, with a fixed seed.
+func TestGRPOImprovesOnTrivialTask(t *testing.T) {
+	tr, err := warm(tinyGRPO(t)).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := res.Summary
+	for _, m := range res.History {
+		t.Logf("step %2.0f reward %.3f tool %.2f kl %.4f entropy %.3f zero-std %.2f %.1fs",
+			m["step"], m["reward/mean"], m["tool_call_rate"], m["kl"], m["entropy"], m["frac_reward_zero_std"], m["time/step_seconds"])
+	}
+	t.Logf("sft %+v final %+v wall %.0fs", *s.SFT, *s.Final, s.WallSeconds)
+	if s.Final.MeanReward < s.SFT.MeanReward+0.15 {
+		t.Errorf("dev mean reward %.3f after GRPO vs %.3f after SFT: no improvement", s.Final.MeanReward, s.SFT.MeanReward)
+	}
+	first, last := res.History[0], res.History[len(res.History)-1]
+	if last["tool_call_rate"] < first["tool_call_rate"]+0.3 {
+		t.Errorf("tool-call rate %.2f -> %.2f", first["tool_call_rate"], last["tool_call_rate"])
+	}
+	r, err := OpenRun(tr.Run().Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := r.TrajectorySteps()
+	if len(r.Metrics) != 20 || len(steps) != 5 || r.Summary.Status != "completed" || len(r.Evals) != 6 {
+		t.Errorf("run directory: %d metrics, trajectories at %v, status %q, %d evals", len(r.Metrics), steps, r.Summary.Status, len(r.Evals))
+	}
+	for _, name := range []string{"reward/mean", "reward/std", "reward/answer", "reward/tool", "success", "frac_reward_zero_std", "kl", "entropy",
+		"clip/low", "clip/high", "response_length", "truncated", "turns", "tool_call_rate", "tool_error_rate", "invalid_rate",
+		"grad_norm", "lr", "time/step_seconds", "tokens_per_second"} {
+		if _, ok := r.Metrics[0][name]; !ok {
+			t.Errorf("metric %q missing", name)
+		}
+	}
+}
+
+// TestGRPORatioIsOneOnFirstMinibatch: the weights that sampled are the weights of the first
+// minibatch, so the importance ratio is exactly 1 there (DESIGN rule 3), even with several
+// epochs and minibatches.
+func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
+	tr, err := tinyGRPO(t).Epochs(2).Minibatches(2).Steps(1).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := tr.Step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m["ratio/mean"] != 1 || m["ratio/max"] != 1 || m["clip/low"] != 0 || m["clip/high"] != 0 || m["approx_kl"] != 0 {
+		t.Errorf("first minibatch: ratio mean %v max %v, clip %v/%v, approx kl %v", m["ratio/mean"], m["ratio/max"], m["clip/low"], m["clip/high"], m["approx_kl"])
+	}
+	if m["kl"] != 0 {
+		t.Errorf("KL to the reference before any update: %v", m["kl"])
+	}
+}
+
+// TestGRPOLossMatchesReference checks the graph loss against the host reference arithmetic
+// (ClippedSurrogate, TokenKL, NormalizeLoss) on a batch with hand-set advantages and old
+// log-probs away from the current ones, so that clipping and KL are active.
+func TestGRPOLossMatchesReference(t *testing.T) {
+	for _, tc := range []struct {
+		norm LossNorm
+		est  KLEstimator
+		hi   float64
+	}{{TokenMean, K3, 0.2}, {SeqMean, K1, 0.28}, {ConstNorm, K3, 0.28}} {
+		g := tinyGRPO(t).LossNorm(tc.norm).KLEstimator(tc.est).KL(0.05).ClipHigh(tc.hi)
+		tr, err := g.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.ensureLearner(); err != nil {
+			t.Fatal(err)
+		}
+		tasks := tr.Tasks(Dev)[:3]
+		eps, _, err := tr.policy.Rollout(addEnv{}, tasks, tr.rolloutOptions(true, 9))
+		if err != nil {
+			t.Fatal(err)
+		}
+		adv := []float64{1.5, -0.7, 0.3}
+		rng := rand.New(rand.NewPCG(1, 1))
+		cur, err := tr.policy.Score(tokensOf(eps), g.trainTemp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fake "old" and "reference" log-probs: the current ones shifted by ±0.4.
+		ref := make([]TokenScores, len(eps))
+		for i, ep := range eps {
+			ref[i].LogProbs = make([]float32, len(cur[i].LogProbs))
+			for j := range ep.LogProbs {
+				if j > 0 {
+					ep.LogProbs[j] = cur[i].LogProbs[j-1] + float32(rng.Float64()*0.8-0.4)
+					ref[i].LogProbs[j-1] = cur[i].LogProbs[j-1] + float32(rng.Float64()*0.8-0.4)
+				}
+			}
+		}
+		batch := tr.batch(eps, adv, ref, []int{0, 1, 2}, false)
+		st, err := tr.learner.Eval(batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var losses [][]float64
+		var masks [][]uint8
+		for i, ep := range eps {
+			l := make([]float64, len(ep.Tokens))
+			for j := 1; j < len(ep.Tokens); j++ {
+				if ep.LossMask[j] == 0 {
+					continue
+				}
+				lp := float64(cur[i].LogProbs[j-1])
+				obj, _, _ := ClippedSurrogate(lp, float64(ep.LogProbs[j]), adv[i], 0.2, tc.hi)
+				l[j] = -obj + 0.05*TokenKL(tc.est, lp, float64(ref[i].LogProbs[j-1]))
+			}
+			losses, masks = append(losses, l), append(masks, ep.LossMask)
+		}
+		want, err := NormalizeLoss(tc.norm, losses, masks, tr.resolved.MaxTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(st.Loss-want) > 1e-4*math.Max(1, math.Abs(want)) {
+			t.Errorf("%s/%s: graph loss %.6f, reference %.6f", tc.norm, tc.est, st.Loss, want)
+		}
+		if st.Metrics["clip/low"]+st.Metrics["clip/high"] == 0 {
+			t.Errorf("%s: the test batch should clip some tokens", tc.norm)
+		}
+	}
+}
+
+// TestGRPOObservationTokensGetNoGradient: values at positions outside the loss mask (prompt and
+// observation tokens) must not change the loss or the update.
+func TestGRPOObservationTokensGetNoGradient(t *testing.T) {
+	base := tinyGRPO(t)
+	tr, err := base.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, _, err := tr.policy.Rollout(addEnv{}, tr.Tasks(Dev)[:4], tr.rolloutOptions(true, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	obsTokens := 0
+	for _, ep := range eps {
+		for _, v := range ep.LossMask {
+			obsTokens += int(1 - v)
+		}
+	}
+	if obsTokens == 0 {
+		t.Fatal("no prompt or observation tokens to perturb")
+	}
+	dir := filepath.Join(t.TempDir(), "ck")
+	if _, err := tr.policy.Save(dir); err != nil {
+		t.Fatal(err)
+	}
+	adv := []float64{1, -1, 0.5, -0.5}
+	ref, _ := tr.policy.Score(tokensOf(eps), base.trainTemp)
+	step := func(perturb bool) (StepStats, []float32) {
+		p, err := LoadPolicy(dir, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := p.NewTrainer("grpo", grpoLoss(0.2, 0.2, 0.1, K3), grpoValues, base.opt, base.trainTemp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := tr.batch(eps, adv, ref, []int{0, 1, 2, 3}, false)
+		if perturb {
+			for i, ep := range eps {
+				for j, m := range ep.LossMask {
+					if m == 0 {
+						b.Values[valAdv][i][j] = 1e3
+						b.Values[valOldLogp][i][j] = -50
+						b.Values[valRefLogp][i][j] = 7
+					}
+				}
+			}
+		}
+		st, err := l.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := p.Store().GetVariable("/lm/head_w").Value()
+		return st, tensors.MustCopyFlatData[float32](v)
+	}
+	a, wa := step(false)
+	b, wb := step(true)
+	if a.Loss != b.Loss || a.GradNorm != b.GradNorm {
+		t.Errorf("loss %v vs %v, grad norm %v vs %v", a.Loss, b.Loss, a.GradNorm, b.GradNorm)
+	}
+	for i := range wa {
+		if wa[i] != wb[i] {
+			t.Fatalf("updated weights differ at %d", i)
+		}
+	}
+}
+
+// TestGRPODeterministic: the same seed on the same backend gives the same metrics.
+func TestGRPODeterministic(t *testing.T) {
+	run := func() []Metrics {
+		tr, err := tinyGRPO(t).Steps(2).KL(0.02).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tr.Train(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.History
+	}
+	a, b := run(), run()
+	for i := range a {
+		for k, v := range a[i] {
+			if strings.HasPrefix(k, "time/") || k == "tokens_per_second" {
+				continue
+			}
+			if b[i][k] != v && !(math.IsNaN(v) && math.IsNaN(b[i][k])) {
+				t.Errorf("step %d %s: %v vs %v", i+1, k, v, b[i][k])
+			}
+		}
+	}
+}
+
+// TestGRPOResumeContinuesTheSameRun: a run stopped after 2 steps and resumed to 4 logs the same
+// metrics as a run of 4 steps without a stop.
+func TestGRPOResumeContinuesTheSameRun(t *testing.T) {
+	full, err := tinyGRPO(t).Steps(4).KL(0.02).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := full.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "resumed")
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := tinyGRPO(t).Steps(4).KL(0.02).Out(dir).OnStep(func(m Metrics) {
+		if m.Step() == 2 {
+			cancel()
+		}
+	}).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := first.Train(ctx)
+	if !errors.Is(err, context.Canceled) || len(res.History) != 2 {
+		t.Fatalf("cancelled run: %v, %d steps", err, len(res.History))
+	}
+	if r, _ := OpenRun(dir); r.Summary == nil || r.Summary.Status != "cancelled" {
+		t.Fatalf("summary after cancel: %+v", r.Summary)
+	}
+	again, err := tinyGRPO(t).Steps(4).KL(0.02).Out(dir).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.StepNumber() != 2 {
+		t.Fatalf("resumed at step %d", again.StepNumber())
+	}
+	got, err := again.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.History) != 4 {
+		t.Fatalf("history of %d steps", len(got.History))
+	}
+	for i := 2; i < 4; i++ {
+		for _, k := range []string{"reward/mean", "loss", "kl", "entropy", "grad_norm", "response_length"} {
+			if got.History[i][k] != want.History[i][k] {
+				t.Errorf("step %d %s: resumed %v, uninterrupted %v", i+1, k, got.History[i][k], want.History[i][k])
+			}
+		}
+	}
+}
+
+// TestGRPOStopsOnNaN: non-finite weights stop training with an error naming the step, and the
+// last good checkpoint stays loadable and finite (a checkpoint of NaN weights is refused).
+func TestGRPOStopsOnNaN(t *testing.T) {
+	for _, when := range []string{"after the checkpoint", "before the checkpoint"} {
+		tr, err := tinyGRPO(t).Steps(3).CheckpointEvery(1).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		poison := func() {
+			v := tr.policy.Store().GetVariable("/lm/head_w")
+			val, _ := v.Value()
+			data := tensors.MustCopyFlatData[float32](val)
+			data[0] = float32(math.NaN())
+			if err := v.SetValue(tensors.FromFlatDataAndDimensions(data, val.Shape().Dimensions...)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if when == "after the checkpoint" { // step 2's rollout meets the NaN
+			tr.cfg.progress = func(msg string) {
+				if msg == "checkpoint at step 1" {
+					poison()
+				}
+			}
+		} else { // step 2's checkpoint meets the NaN
+			tr.cfg.onStep = func(m Metrics) {
+				if m.Step() == 2 {
+					poison()
+				}
+			}
+		}
+		_, err = tr.Train(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "step 2") {
+			t.Fatalf("%s: want an error naming step 2, got %v", when, err)
+		}
+		t.Logf("%s: %v", when, err)
+		p, err := LoadPolicy(tr.Run().CheckpointDir(), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.checkFinite(); err != nil {
+			t.Fatalf("%s: the checkpoint on disk is corrupt: %v", when, err)
+		}
+		if r, _ := OpenRun(tr.Run().Dir()); r.Summary == nil || !strings.HasPrefix(r.Summary.Status, "failed") {
+			t.Errorf("%s: summary %+v", when, r.Summary)
+		}
+	}
+}
+
+func TestGRPOBuildReportsEveryProblem(t *testing.T) {
+	_, err := NewGRPO().Group(1).ClipEps(-1).KL(math.NaN()).Minibatches(0).Temperature(0).
+		Rubric(NewRubric().Add("x", nil, 1)).WarmStart(SFT()).Build()
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, want := range []string{"no environment", "group size 1", "clip ε low -1", "KL coefficient NaN",
+		"minibatches 0", "train temperature 0", `"x" has no function`, "warm start without demonstrations", "no run directory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	// A sweep derives variants without changing the base.
+	base := NewGRPO().KL(0.01)
+	_ = base.KL(0.04).Group(16)
+	if base.kl != 0.01 || base.group != 8 {
+		t.Error("setters changed the base")
+	}
+}
