@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 )
 
 // EvalResult summarises scored episodes of one split. Rates are fractions in 0..1.
@@ -115,4 +116,60 @@ func (r EvalResult) Difficulties() []string {
 		out[i] = d.String()
 	}
 	return out
+}
+
+// BeforeAfter returns the run's evaluations labelled "sft" (the warm-started policy, before
+// GRPO) and "final" (after GRPO), by split name. Either map is empty when the run did not
+// record it (no warm start, or not finished).
+func (r *Run) BeforeAfter() (before, after map[string]EvalResult) {
+	before, after = map[string]EvalResult{}, map[string]EvalResult{}
+	for _, e := range r.Evals {
+		switch e.Label {
+		case "sft":
+			before[e.Split] = e.EvalResult
+		case "final":
+			after[e.Split] = e.EvalResult
+		}
+	}
+	return before, after
+}
+
+// FormatBeforeAfter renders a before/after table as text, one row per split (dev, test, ood)
+// with success, mean reward and tool-call rate before, after and the change in points.
+func FormatBeforeAfter(before, after map[string]EvalResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-6s %23s %23s %23s\n", "split", "success", "mean reward", "tool-call rate")
+	fmt.Fprintf(&b, "%-6s %23s %23s %23s\n", "", "before → after (Δ)", "before → after (Δ)", "before → after (Δ)")
+	for _, s := range []string{"dev", "test", "ood"} {
+		a, okA := after[s]
+		bf, okB := before[s]
+		if !okA && !okB {
+			continue
+		}
+		cell := func(x, y float64, okX, okY bool, pts bool) string {
+			f := func(v float64, ok bool) string {
+				if !ok {
+					return "–"
+				}
+				if pts {
+					return fmt.Sprintf("%.1f%%", 100*v)
+				}
+				return fmt.Sprintf("%.3f", v)
+			}
+			d := ""
+			if okX && okY {
+				if pts {
+					d = fmt.Sprintf(" (%+.1f)", 100*(y-x))
+				} else {
+					d = fmt.Sprintf(" (%+.3f)", y-x)
+				}
+			}
+			return f(x, okX) + " → " + f(y, okY) + d
+		}
+		fmt.Fprintf(&b, "%-6s %23s %23s %23s\n", s,
+			cell(bf.Success, a.Success, okB, okA, true),
+			cell(bf.MeanReward, a.MeanReward, okB, okA, false),
+			cell(bf.ToolCallRate, a.ToolCallRate, okB, okA, true))
+	}
+	return b.String()
 }

@@ -88,6 +88,9 @@ func (g GRPO) MustBuild() *GRPOTrainer {
 	return t
 }
 
+// OnStep replaces the per-step callback (for progress bars and live plots).
+func (t *GRPOTrainer) OnStep(fn func(Metrics)) { t.cfg.onStep = fn }
+
 // Policy returns the policy being trained.
 func (t *GRPOTrainer) Policy() *Policy { return t.policy }
 

@@ -28,15 +28,32 @@ type Entry struct {
 	Expert func() agrl.Agent
 	// Rubric returns the environment's preset rubric.
 	Rubric func() agrl.Rubric
+	// Guesser, when the environment has one, returns an agent that answers at once without
+	// tools, often wrongly, as an untrained model would: mixed into warm-start
+	// demonstrations it leaves GRPO something to discover. Nil otherwise.
+	Guesser func(seed uint64) agrl.Agent
+}
+
+// Demos returns the warm-start demonstrations of the environment: the expert, and, when the
+// environment has a guesser, the guesser with share guessFrac (0..1).
+func (e Entry) Demos(seed uint64, guessFrac float64) []agrl.Demo {
+	if e.Guesser == nil || guessFrac <= 0 {
+		return []agrl.Demo{{Name: "expert", Agent: e.Expert(), Weight: 1}}
+	}
+	return []agrl.Demo{
+		{Name: "expert", Agent: e.Expert(), Weight: 1 - guessFrac},
+		{Name: "guess", Agent: e.Guesser(seed), Weight: guessFrac},
+	}
 }
 
 var registry = []Entry{
 	{
-		Name:   "calc",
-		Doc:    "calculator verify: evaluate an integer expression with the calc tool, answer its exact value",
-		New:    func() agrl.Env { return calc.New() },
-		Expert: calc.Expert,
-		Rubric: calc.Rubric,
+		Name:    "calc",
+		Doc:     "calculator verify: evaluate an integer expression with the calc tool, answer its exact value",
+		New:     func() agrl.Env { return calc.New() },
+		Expert:  calc.Expert,
+		Rubric:  calc.Rubric,
+		Guesser: calc.Guesser,
 	},
 	{
 		Name:   "multihop",

@@ -29,6 +29,9 @@ const usage = `agrl trains small language-model agents on tool-calling tasks wit
 Usage:
   agrl envs                 list the built-in environments
   agrl sample [flags]       print tasks with an expert (or random) episode and its rewards
+  agrl train [flags]        warm start (SFT) then GRPO; writes a run directory and report.html
+  agrl eval -run DIR        evaluate a run's newest checkpoint on a split (pass@k with -k)
+  agrl sweep -grid G        train a grid of settings from one shared warm start; compare them
 
 Run "agrl COMMAND -h" for a command's flags.
 `
@@ -46,6 +49,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdEnvs(args[1:], stdout, stderr)
 	case "sample":
 		err = cmdSample(args[1:], stdout, stderr)
+	case "train":
+		err = cmdTrain(args[1:], stdout, stderr)
+	case "eval":
+		err = cmdEval(args[1:], stdout, stderr)
+	case "sweep":
+		err = cmdSweep(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/nb"
+)
+
+// sweepable lists the flags a grid may vary, with how to parse a value.
+var sweepable = map[string]func(f *trainFlags, v string) error{
+	"lr":        floatFlag(func(f *trainFlags) *float64 { return &f.lr }),
+	"kl":        floatFlag(func(f *trainFlags) *float64 { return &f.kl }),
+	"clip":      floatFlag(func(f *trainFlags) *float64 { return &f.clip }),
+	"clip-high": floatFlag(func(f *trainFlags) *float64 { return &f.clipHigh }),
+	"temperature": floatFlag(func(f *trainFlags) *float64 {
+		return &f.temp
+	}),
+	"group": intFlag(func(f *trainFlags) *int { return &f.group }),
+	"tasks": intFlag(func(f *trainFlags) *int { return &f.tasks }),
+	"seed": func(f *trainFlags, v string) error {
+		n, err := strconv.ParseUint(v, 10, 64)
+		f.seed = n
+		return err
+	},
+}
+
+func floatFlag(get func(*trainFlags) *float64) func(*trainFlags, string) error {
+	return func(f *trainFlags, v string) error {
+		x, err := strconv.ParseFloat(v, 64)
+		*get(f) = x
+		return err
+	}
+}
+
+func intFlag(get func(*trainFlags) *int) func(*trainFlags, string) error {
+	return func(f *trainFlags, v string) error {
+		x, err := strconv.Atoi(v)
+		*get(f) = x
+		return err
+	}
+}
+
+// gridPoint is one configuration of a sweep: flag name → value, in grid order.
+type gridPoint [][2]string
+
+func (p gridPoint) name() string {
+	parts := make([]string, len(p))
+	for i, kv := range p {
+		parts[i] = kv[0] + "=" + kv[1]
+	}
+	return strings.Join(parts, ",")
+}
+
+// parseGrid reads "lr=1e-4,3e-4;kl=0,0.01" into the cartesian product of its axes.
+func parseGrid(s string) ([]gridPoint, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("empty grid")
+	}
+	points := []gridPoint{nil}
+	seen := map[string]bool{}
+	var errs []error
+	for _, axis := range strings.Split(s, ";") {
+		name, vals, ok := strings.Cut(strings.TrimSpace(axis), "=")
+		name = strings.TrimSpace(name)
+		set, known := sweepable[name]
+		switch {
+		case !ok || name == "" || vals == "":
+			errs = append(errs, fmt.Errorf("grid axis %q: want name=v1,v2,…", axis))
+			continue
+		case !known:
+			var names []string
+			for k := range sweepable {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			errs = append(errs, fmt.Errorf("grid axis %q: cannot sweep %q (can: %s)", axis, name, strings.Join(names, ", ")))
+			continue
+		case seen[name]:
+			errs = append(errs, fmt.Errorf("grid axis %q given twice", name))
+			continue
+		}
+		seen[name] = true
+		var next []gridPoint
+		for _, v := range strings.Split(vals, ",") {
+			v = strings.TrimSpace(v)
+			if err := set(&trainFlags{}, v); err != nil || v == "" {
+				errs = append(errs, fmt.Errorf("grid axis %q: bad value %q", name, v))
+				continue
+			}
+			for _, p := range points {
+				next = append(next, append(append(gridPoint(nil), p...), [2]string{name, v}))
+			}
+		}
+		points = next
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(points) > 64 {
+		return nil, fmt.Errorf("the grid has %d points; at most 64", len(points))
+	}
+	return points, nil
+}
+
+func cmdSweep(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("sweep", stderr)
+	var f trainFlags
+	f.register(fs)
+	grid := fs.String("grid", "", `the grid, e.g. "lr=1e-4,3e-4;kl=0,0.01" (axes: `+strings.Join(sweepNames(), ", ")+")")
+	fs.StringVar(&f.out, "out", "", "sweep directory (default runs/sweep-ENV)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	points, err := parseGrid(*grid)
+	if err != nil {
+		return usageError{err}
+	}
+	if f.out == "" {
+		f.out = filepath.Join("runs", "sweep-"+f.env)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	root := f.out
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+
+	// One warm start shared by every point: SFT once, then each point starts from its checkpoint.
+	base := f
+	if f.from == "" && f.sftSteps > 0 {
+		ws := f
+		ws.steps, ws.out, ws.evalEvery = 0, filepath.Join(root, "warm-start"), 0
+		fmt.Fprintf(stdout, "== warm start (shared by %d runs) in %s\n", len(points), ws.out)
+		g, err := ws.config(stderr)
+		if err != nil {
+			return err
+		}
+		if _, err := train(ctx, g, ws, stdout, stderr); err != nil {
+			return err
+		}
+		base.from = filepath.Join(ws.out, agrl.RunCheckpointsDir)
+	}
+
+	var runs []*agrl.Run
+	for i, p := range points {
+		pf := base
+		for _, kv := range p {
+			if err := sweepable[kv[0]](&pf, kv[1]); err != nil {
+				return err
+			}
+		}
+		pf.out = filepath.Join(root, p.name())
+		fmt.Fprintf(stdout, "== run %d/%d: %s\n", i+1, len(points), p.name())
+		g, err := pf.config(stderr)
+		if err != nil {
+			return err
+		}
+		run, err := train(ctx, g, pf, stdout, stderr)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", p.name(), err)
+		}
+		run.Name = p.name()
+		runs = append(runs, run)
+	}
+	return writeSweep(root, points, runs, stdout)
+}
+
+func sweepNames() []string {
+	var names []string
+	for k := range sweepable {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// writeSweep writes results.csv, results.md and curves.png into the sweep directory and prints
+// the markdown table.
+func writeSweep(root string, points []gridPoint, runs []*agrl.Run, stdout io.Writer) error {
+	header := []string{"run"}
+	for _, kv := range points[0] {
+		header = append(header, kv[0])
+	}
+	header = append(header, "dev_success", "test_success", "ood_success", "mean_reward", "final_kl", "wall_seconds")
+	rows := [][]string{header}
+	for i, run := range runs {
+		row := []string{points[i].name()}
+		for _, kv := range points[i] {
+			row = append(row, kv[1])
+		}
+		s := run.Summary
+		kl := "nan"
+		if _, v := run.Series("kl"); len(v) > 0 {
+			kl = fmt.Sprintf("%.4f", v[len(v)-1])
+		}
+		if s == nil || s.Final == nil {
+			row = append(row, "", "", "", "", kl, "")
+		} else {
+			row = append(row, fmt.Sprintf("%.3f", s.Final.DevSuccess), fmt.Sprintf("%.3f", s.Final.TestSuccess),
+				fmt.Sprintf("%.3f", s.Final.OODSuccess), fmt.Sprintf("%.3f", s.Final.MeanReward), kl, fmt.Sprintf("%.0f", s.WallSeconds))
+		}
+		rows = append(rows, row)
+	}
+	f, err := os.Create(filepath.Join(root, "results.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	var md strings.Builder
+	for i, row := range rows {
+		md.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		if i == 0 {
+			md.WriteString("|" + strings.Repeat(" --- |", len(row)) + "\n")
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	png, err := nb.CompareRunsPNG(runs, "reward/mean", "success", "kl", "entropy")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "curves.png"), png, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, md.String())
+	fmt.Fprintf(stdout, "wrote %s, %s and %s\n", filepath.Join(root, "results.csv"), filepath.Join(root, "results.md"), filepath.Join(root, "curves.png"))
+	return nil
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/nb"
+	"agrl.dev/envs"
+)
+
+// trainFlags are the settings of `agrl train` (and of each run of `agrl sweep`).
+type trainFlags struct {
+	env, preset, out, backend, from   string
+	steps, group, tasks, sftSteps     int
+	demos, evalTasks, evalEvery       int
+	maxTokens, maxActionTokens        int
+	lr, kl, clip, clipHigh, guessFrac float64
+	temp, evalTemp                    float64
+	seed                              uint64
+	dynamic, quiet                    bool
+}
+
+func (f *trainFlags) register(fs interface {
+	StringVar(*string, string, string, string)
+	IntVar(*int, string, int, string)
+	Float64Var(*float64, string, float64, string)
+	Uint64Var(*uint64, string, uint64, string)
+	BoolVar(*bool, string, bool, string)
+}) {
+	fs.StringVar(&f.env, "env", "calc", "environment: "+strings.Join(envs.Names(), ", "))
+	fs.StringVar(&f.preset, "preset", "tiny", "model preset: tiny (CPU) or small (GPU)")
+	fs.StringVar(&f.backend, "backend", "", `compute backend, e.g. "go" or "xla:cuda" (default: $GOMLX_BACKEND, else the pure-Go CPU backend)`)
+	fs.StringVar(&f.from, "from", "", "start from this checkpoint directory instead of a warm start")
+	fs.IntVar(&f.steps, "steps", 150, "GRPO steps")
+	fs.IntVar(&f.group, "group", 8, "episodes per task (G)")
+	fs.IntVar(&f.tasks, "tasks", 4, "tasks per step")
+	fs.IntVar(&f.sftSteps, "sft-steps", 300, "warm-start SFT steps (0: no warm start)")
+	fs.IntVar(&f.demos, "demos", 512, "warm-start demonstration episodes")
+	fs.Float64Var(&f.guessFrac, "guess-frac", 0.5, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
+	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
+	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "episode token budget (0: the model's context)")
+	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 48, "tokens per action (0: no cap)")
+	fs.Float64Var(&f.lr, "lr", 3e-4, "learning rate")
+	fs.Float64Var(&f.kl, "kl", 0.01, "KL coefficient β to the reference policy (0: none)")
+	fs.Float64Var(&f.clip, "clip", 0.2, "clip ε (both sides)")
+	fs.Float64Var(&f.clipHigh, "clip-high", 0, "upper clip ε (DAPO: 0.28); 0 means the same as -clip")
+	fs.Float64Var(&f.temp, "temperature", 0.8, "sampling temperature of training rollouts")
+	fs.Float64Var(&f.evalTemp, "eval-temperature", 0.3, "sampling temperature of evaluations")
+	fs.Uint64Var(&f.seed, "seed", 1, "seed of everything")
+	fs.BoolVar(&f.dynamic, "dynamic", false, "dynamic sampling: refill groups whose rewards are all equal")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
+}
+
+// config turns the flags into a GRPO configuration; problems are returned all at once.
+func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
+	var errs []error
+	entry, err := envs.Get(f.env)
+	if err != nil {
+		return agrl.GRPO{}, usageError{err}
+	}
+	var lm agrl.LM
+	switch f.preset {
+	case "tiny":
+		lm = agrl.TinyLM()
+	case "small":
+		lm = agrl.SmallLM()
+	default:
+		errs = append(errs, fmt.Errorf("-preset %q: want tiny or small", f.preset))
+	}
+	if f.backend != "" {
+		lm = lm.Backend(f.backend)
+	}
+	if f.out == "" {
+		f.out = filepath.Join("runs", f.env)
+	}
+	if f.guessFrac < 0 || f.guessFrac > 1 {
+		errs = append(errs, fmt.Errorf("-guess-frac %v: want 0..1", f.guessFrac))
+	}
+	if len(errs) > 0 {
+		return agrl.GRPO{}, usageError{errors.Join(errs...)}
+	}
+	g := agrl.NewGRPO().Env(entry.New()).Rubric(entry.Rubric()).Policy(lm).
+		Steps(f.steps).Group(f.group).TasksPerStep(f.tasks).LR(f.lr).KL(f.kl).ClipEps(f.clip).
+		Temperature(f.temp).EvalTemperature(f.evalTemp).MaxTokens(f.maxTokens).MaxActionTokens(f.maxActionTokens).
+		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).DynamicSampling(f.dynamic).Seed(f.seed).Out(f.out)
+	if f.clipHigh > 0 {
+		g = g.ClipHigh(f.clipHigh)
+	}
+	if f.from != "" {
+		g = g.From(f.from)
+	} else if f.sftSteps > 0 {
+		g = g.WarmStart(agrl.SFT().Steps(f.sftSteps).Seed(f.seed), entry.Demos(f.seed, f.guessFrac)...).DemoEpisodes(f.demos)
+	}
+	if !f.quiet {
+		g = g.Progress(func(msg string) { fmt.Fprintf(stderr, "\r\033[K%s\n", msg) })
+	}
+	return g, nil
+}
+
+func cmdTrain(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("train", stderr)
+	var f trainFlags
+	f.register(fs)
+	fs.StringVar(&f.out, "out", "", "run directory (default runs/ENV); an existing run with checkpoints is resumed")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	g, err := f.config(stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	_, err = train(ctx, g, f, stdout, stderr)
+	return err
+}
+
+// train builds and runs one configuration, printing progress and the before/after table, and
+// writes report.html. It returns the finished run directory.
+func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Writer) (*agrl.Run, error) {
+	tr, err := g.Build()
+	if err != nil {
+		return nil, err
+	}
+	if !f.quiet {
+		fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
+			tr.Policy().Config().Params(), tr.Policy().Backend().Name(), f.out)
+		tr.OnStep(newProgress(stderr, f.steps).update)
+	}
+	start := time.Now()
+	res, err := tr.Train(ctx)
+	if !f.quiet {
+		fmt.Fprintln(stderr)
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return nil, fmt.Errorf("interrupted after %d steps; checkpoint saved, run the same command to resume: %w", len(res.History), err)
+		}
+		return nil, err
+	}
+	run, err := agrl.OpenRun(f.out)
+	if err != nil {
+		return nil, err
+	}
+	before, after := run.BeforeAfter()
+	fmt.Fprintf(stdout, "%s: %d steps in %s (summary: %s)\n", f.out, res.Summary.Steps, time.Since(start).Round(time.Second), filepath.Join(f.out, agrl.RunSummaryFile))
+	fmt.Fprint(stdout, agrl.FormatBeforeAfter(before, after))
+	b, err := json.MarshalIndent(map[string]any{"before": before, "after": after}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(f.out, "before_after.json"), append(b, '\n'), 0o644); err != nil {
+		return nil, err
+	}
+	report, err := nb.WriteReport(run)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stdout, "report: %s\n", report)
+	return run, nil
+}
+
+// progress prints a one-line progress bar with live reward, success and KL: redrawn in place on
+// a terminal, one line every 10 steps otherwise (logs, CI).
+type progress struct {
+	w     io.Writer
+	total int
+	tty   bool
+	start time.Time
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil {
+			tty = st.Mode()&os.ModeCharDevice != 0
+		}
+	}
+	return &progress{w: w, total: total, tty: tty, start: time.Now()}
+}
+
+func (p *progress) update(m agrl.Metrics) {
+	step := m.Step()
+	const width = 24
+	done := width * step / max(p.total, 1)
+	bar := strings.Repeat("=", done) + strings.Repeat(" ", width-done)
+	el := time.Since(p.start)
+	eta := time.Duration(float64(el) / float64(step) * float64(p.total-step))
+	line := fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s",
+		step, p.total, bar, m["reward/mean"], m["success"], m["tool_call_rate"], m["kl"], m["time/step_seconds"], eta.Round(time.Second))
+	switch {
+	case p.tty:
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+	case step%10 == 0 || step == p.total || step == 1:
+		fmt.Fprintln(p.w, line)
+	}
+}
+
+func cmdEval(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("eval", stderr)
+	runDir := fs.String("run", "", "run directory to evaluate (its newest checkpoint)")
+	splitName := fs.String("split", "test", "dev, test or ood")
+	k := fs.Int("k", 1, "samples per task (pass@k and mean@k)")
+	n := fs.Int("n", 0, "tasks (0: the run's eval-tasks)")
+	temp := fs.Float64("temperature", -1, "sampling temperature (default: the run's eval temperature)")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var problems []error
+	if *runDir == "" {
+		problems = append(problems, errors.New("-run is required"))
+	}
+	split, err := agrl.ParseSplit(*splitName)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if *k < 1 {
+		problems = append(problems, fmt.Errorf("-k %d: want >= 1", *k))
+	}
+	if len(problems) > 0 {
+		return usageError{errors.Join(problems...)}
+	}
+	run, err := agrl.OpenRun(*runDir)
+	if err != nil {
+		return err
+	}
+	var cfg agrl.GRPOConfig
+	b, err := json.Marshal(run.Config)
+	if err == nil {
+		err = json.Unmarshal(b, &cfg)
+	}
+	if err != nil || cfg.Env == "" {
+		return fmt.Errorf("%s: config.json does not describe a GRPO run", *runDir)
+	}
+	entry, err := envs.Get(cfg.Env)
+	if err != nil {
+		return err
+	}
+	pol, err := agrl.LoadPolicy(filepath.Join(*runDir, agrl.RunCheckpointsDir), "")
+	if err != nil {
+		return err
+	}
+	count := cfg.EvalTasks
+	if *n > 0 {
+		count = *n
+	}
+	mix := agrl.NewMix(cfg.Seed).Easy(cfg.Mix["easy"]).Medium(cfg.Mix["medium"]).Hard(cfg.Mix["hard"])
+	tasks, err := mix.Tasks(entry.New(), split, count)
+	if err != nil {
+		return err
+	}
+	t := cfg.EvalTemperature
+	if *temp >= 0 {
+		t = *temp
+	}
+	if *k > 1 && t == 0 {
+		return usageError{errors.New("pass@k with k > 1 needs a temperature above 0")}
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: t, Seed: cfg.Seed, MaxActionTokens: cfg.MaxActionTokens},
+		Limits: agrl.Limits{MaxTurns: cfg.MaxTurns}, MaxTokens: cfg.MaxTokens}
+	res, _, err := agrl.EvaluatePolicy(pol, entry.New(), entry.Rubric(), tasks, *k, opt)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	fmt.Fprintf(stdout, "%s %s: %d tasks × k=%d at temperature %g\n", *runDir, split, res.Tasks, res.K, t)
+	fmt.Fprintf(stdout, "success (mean@%d) %.1f%%  pass@%d %.1f%%  mean reward %.3f  turns %.2f\n", res.K, 100*res.Success, res.K, 100*res.PassAtK, res.MeanReward, res.MeanTurns)
+	fmt.Fprintf(stdout, "tool-call rate %.1f%%  tool-error rate %.1f%%  invalid-action rate %.1f%%\n", 100*res.ToolCallRate, 100*res.ToolErrorRate, 100*res.InvalidRate)
+	for _, d := range res.Difficulties() {
+		fmt.Fprintf(stdout, "  %-8s success %.1f%%\n", d, 100*res.SuccessByDifficulty[d])
+	}
+	return nil
+}

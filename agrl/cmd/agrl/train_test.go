@@ -1,0 +1,130 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"agrl.dev/agrl"
+)
+
+// quick are flags that make training take seconds: the point here is the command's plumbing;
+// the trainer's learning is tested in package agrl.
+var quick = []string{"--steps", "2", "--sft-steps", "4", "--demos", "16", "--group", "2", "--tasks", "2",
+	"--eval-tasks", "3", "--eval-every", "1", "--max-action-tokens", "24", "--quiet"}
+
+func TestTrainEvalAndResume(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "calc")
+	code, stdout, stderr := runCLI(append([]string{"train", "--env", "calc", "--out", out}, quick...)...)
+	if code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"2 steps", "success", "before → after", "dev", "report:"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("train output lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, f := range []string{"config.json", "metrics.jsonl", "eval.jsonl", "summary.json", "before_after.json", "report.html"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("run directory: %v", err)
+		}
+	}
+	run, err := agrl.OpenRun(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := run.Summary; s == nil || s.Final == nil || s.SFT == nil || s.Env != "calc" || s.Steps != 2 || s.Backend == "" {
+		t.Fatalf("summary %+v", run.Summary)
+	}
+	page, _ := os.ReadFile(filepath.Join(out, "report.html"))
+	if !strings.Contains(string(page), "data:image/png;base64,") || !strings.Contains(string(page), "Trajectories") {
+		t.Error("report.html lacks curves or trajectories")
+	}
+	var ba map[string]map[string]agrl.EvalResult
+	b, _ := os.ReadFile(filepath.Join(out, "before_after.json"))
+	if err := json.Unmarshal(b, &ba); err != nil || len(ba["before"]) != 3 || len(ba["after"]) != 3 {
+		t.Errorf("before_after.json: %v %s", err, b)
+	}
+
+	code, stdout, stderr = runCLI("eval", "--run", out, "--split", "test", "--k", "2", "--n", "3")
+	if code != 0 || !strings.Contains(stdout, "pass@2") || !strings.Contains(stdout, "3 tasks × k=2") {
+		t.Fatalf("eval: exit %d: %s %s", code, stdout, stderr)
+	}
+	code, stdout, _ = runCLI("eval", "--run", out, "--split", "ood", "--json")
+	var res agrl.EvalResult
+	if code != 0 || json.Unmarshal([]byte(stdout), &res) != nil || res.N != 3 {
+		t.Fatalf("eval --json: %d %s", code, stdout)
+	}
+
+	// The same command with more steps resumes the run instead of starting over.
+	args := append([]string{"train", "--env", "calc", "--out", out}, quick...)
+	args[len(args)-len(quick)+1] = "3" // --steps 3
+	code, stdout, stderr = runCLI(args...)
+	if code != 0 {
+		t.Fatalf("resume: exit %d: %s", code, stderr)
+	}
+	run, _ = agrl.OpenRun(out)
+	if len(run.Metrics) != 3 || run.Summary.Steps != 3 {
+		t.Errorf("after resume: %d metrics lines, summary %+v", len(run.Metrics), run.Summary)
+	}
+}
+
+func TestTrainUsageErrors(t *testing.T) {
+	code, _, stderr := runCLI("train", "--env", "nope")
+	if code != 2 || !strings.Contains(stderr, `unknown environment "nope"`) {
+		t.Errorf("unknown env: %d %s", code, stderr)
+	}
+	code, _, stderr = runCLI("train", "--preset", "huge", "--guess-frac", "2")
+	if code != 2 || !strings.Contains(stderr, `-preset "huge"`) || !strings.Contains(stderr, "-guess-frac 2") {
+		t.Errorf("bad flags: %d %s", code, stderr)
+	}
+	code, _, stderr = runCLI("train", "--group", "1", "--lr", "-1", "--out", t.TempDir()+"/x", "--quiet")
+	if code != 1 || !strings.Contains(stderr, "group size 1") || !strings.Contains(stderr, "learning rate -1") {
+		t.Errorf("invalid config: %d %s", code, stderr)
+	}
+	code, _, stderr = runCLI("eval", "--split", "holdout", "--k", "0")
+	if code != 2 || !strings.Contains(stderr, "-run is required") || !strings.Contains(stderr, "-k 0") {
+		t.Errorf("eval usage: %d %s", code, stderr)
+	}
+	code, _, stderr = runCLI("eval", "--run", t.TempDir())
+	if code != 1 || !strings.Contains(stderr, "not a run directory") {
+		t.Errorf("eval of a non-run: %d %s", code, stderr)
+	}
+}
+
+func TestParseGrid(t *testing.T) {
+	pts, err := parseGrid("lr=1e-4,3e-4; kl=0,0.01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pts {
+		names = append(names, p.name())
+	}
+	if got := strings.Join(names, " "); got != "lr=1e-4,kl=0 lr=3e-4,kl=0 lr=1e-4,kl=0.01 lr=3e-4,kl=0.01" {
+		t.Errorf("points: %s", got)
+	}
+	for _, bad := range []string{"", "lr", "lr=", "speed=1,2", "lr=x", "lr=1;lr=2", "group=1.5"} {
+		if _, err := parseGrid(bad); err == nil {
+			t.Errorf("grid %q accepted", bad)
+		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "sweep")
+	code, stdout, stderr := runCLI(append([]string{"sweep", "--env", "calc", "--grid", "kl=0,0.05", "--out", out}, quick...)...)
+	if code != 0 {
+		t.Fatalf("sweep: exit %d: %s", code, stderr)
+	}
+	for _, f := range []string{"results.csv", "results.md", "curves.png", "warm-start/summary.json", "kl=0/summary.json", "kl=0.05/summary.json"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Errorf("sweep output: %v", err)
+		}
+	}
+	if !strings.Contains(stdout, "| kl=0.05 | 0.05 |") {
+		t.Errorf("table:\n%s", stdout)
+	}
+}

@@ -1,0 +1,77 @@
+package nb
+
+import (
+	"encoding/base64"
+	"fmt"
+	"html"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"agrl.dev/agrl"
+)
+
+// reportMetrics are the curves a report shows, when the run logged them.
+var reportMetrics = []string{"reward/mean", "success", "kl", "entropy", "response_length", "tool_call_rate", "clip/high", "frac_reward_zero_std"}
+
+// ReportHTML renders a self-contained HTML report of a run directory: the summary, the
+// before/after table, the training curves (embedded PNG), the evaluations and a few successful
+// and failed trajectories from the last saved step.
+func ReportHTML(run *agrl.Run) (string, error) {
+	var b strings.Builder
+	title := "agrl run " + run.Name
+	fmt.Fprintf(&b, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>%s</title>\n", html.EscapeString(title))
+	b.WriteString(`<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}` +
+		`table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #ddd}img{max-width:100%}</style></head><body>`)
+	fmt.Fprintf(&b, "<h1>%s</h1>\n", html.EscapeString(title))
+	if s := run.Summary; s != nil {
+		fmt.Fprintf(&b, "<p>env <b>%s</b>, seed %d, %d steps, %s on backend %s, status %s</p>\n",
+			html.EscapeString(s.Env), s.Seed, s.Steps, (time.Duration(s.WallSeconds) * time.Second).String(),
+			html.EscapeString(s.Backend), html.EscapeString(s.Status))
+	}
+	before, after := run.BeforeAfter()
+	if len(after) > 0 || len(before) > 0 {
+		b.WriteString("<h2>Before (warm start) and after GRPO</h2>\n")
+		b.WriteString(BeforeAfterTableHTML(before, after))
+	}
+	var metrics []string
+	for _, m := range reportMetrics {
+		if _, v := run.Series(m); len(v) > 0 {
+			metrics = append(metrics, m)
+		}
+	}
+	if len(metrics) > 0 {
+		png, err := CurvesPNG(run, metrics...)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "<h2>Training curves</h2>\n<img alt=\"training curves\" src=\"data:image/png;base64,%s\">\n", base64.StdEncoding.EncodeToString(png))
+	}
+	if len(run.Evals) > 0 {
+		b.WriteString("<h2>Evaluations</h2>\n")
+		b.WriteString(EvalTableHTML(run.Evals))
+	}
+	eps, err := Latest(run)
+	if err == nil && len(eps) > 0 {
+		b.WriteString("<h2>Trajectories (last saved step)</h2>\n<h3>Successes</h3>\n")
+		b.WriteString(TrajectoriesHTML(eps, Successes, 2))
+		b.WriteString("<h3>Failures</h3>\n")
+		b.WriteString(TrajectoriesHTML(eps, Failures, 2))
+	}
+	b.WriteString("</body></html>\n")
+	return b.String(), nil
+}
+
+// WriteReport writes ReportHTML to report.html in the run directory and returns its path.
+func WriteReport(run *agrl.Run) (string, error) {
+	page, err := ReportHTML(run)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(run.Dir, "report.html")
+	if err := os.WriteFile(path, []byte(page), 0o644); err != nil {
+		return "", err
+	}
+	return path, nil
+}
