@@ -1,7 +1,9 @@
 package agrl
 
 import (
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Benchmarks on the Tiny shape: vocabulary 64, width 128, 2 layers, 4 heads, context
@@ -31,7 +33,16 @@ func benchLM() LM {
 	return TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Backend(DefaultBackend)
 }
 
-func reportThroughput(b *testing.B, tokens int, flops float64) {
+// cpuTime is the process's user+system CPU time. The machine is shared, so wall-clock rates
+// are noisy; CPU seconds per op (reported as "cpu-ms/op") are steadier for comparing versions.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportThroughput(b *testing.B, tokens int, flops float64, cpu time.Duration) {
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(tokens)/sec, "tokens/s")
 	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
@@ -72,13 +83,14 @@ func BenchmarkSample(b *testing.B) {
 	}
 	run(0) // compile
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		run(uint64(i + 1))
 	}
 	cfg := p.Config()
 	// Average visible context while generating: prompt + half the new tokens.
 	flops := float64(b.N*batch*newTokens) * cfg.FLOPsPerToken(2*(promptLen+newTokens/2))
-	reportThroughput(b, b.N*batch*newTokens, flops)
+	reportThroughput(b, b.N*batch*newTokens, flops, cpuTime()-cpu0)
 }
 
 // BenchmarkTrain takes AdamW steps on batches of 32 sequences of 128 tokens (SFT loss on every
@@ -104,11 +116,12 @@ func BenchmarkTrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if _, err := tr.Step(tb); err != nil {
 			b.Fatal(err)
 		}
 	}
 	tokens := b.N * batch * (seqLen - 1)
-	reportThroughput(b, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen))
+	reportThroughput(b, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen), cpuTime()-cpu0)
 }

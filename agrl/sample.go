@@ -145,7 +145,7 @@ func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
 		seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
 	hd := p.cfg.width / p.cfg.heads
 	for range 2 * p.cfg.layers {
-		d.caches = append(d.caches, tensors.FromShape(shapes.Make(dtypes.Float32, d.b, p.cfg.heads, d.c, hd)))
+		d.caches = append(d.caches, tensors.FromShape(shapes.Make(dtypes.Float32, d.b*p.cfg.heads, d.c, hd)))
 	}
 	for i := range d.seqs {
 		d.seqs[i].rng = rand.New(rand.NewPCG(s.Seed, uint64(i)))
