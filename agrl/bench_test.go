@@ -1,6 +1,8 @@
 package agrl
 
 import (
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -11,7 +13,8 @@ import (
 //
 //	GOEXPERIMENT=simd go test -run XXX -bench . -benchtime 5x ./agrl/
 //
-// Each reports tokens/s, the achieved model GFLOP/s (useful work: 2 FLOPs per weight
+// AGRL_BENCH_SHARDS=1 turns off the 2-way concurrent sharding; AGRL_BACKEND picks the
+// backend (xla:cuda on a GPU machine). Each reports tokens/s, the achieved model GFLOP/s (useful work: 2 FLOPs per weight
 // multiply-add plus attention over the visible keys; a training step counts 3× the forward
 // pass) and that as a fraction of this CPU's fp32 peak.
 
@@ -30,7 +33,8 @@ func benchLM() LM {
 	if tok.VocabSize() != 64 {
 		panic(tok.VocabSize())
 	}
-	return TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Backend(DefaultBackend)
+	shards, _ := strconv.Atoi(os.Getenv("AGRL_BENCH_SHARDS")) // 0: the default
+	return TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Shards(shards).Backend("")
 }
 
 // cpuTime is the process's user+system CPU time. The machine is shared, so wall-clock rates

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -29,6 +30,7 @@ type LM struct {
 	backend                            string
 	seed                               uint64
 	initStd                            float64
+	shards                             int
 }
 
 // TinyLM is the CPU preset: the ASCII tokenizer (vocabulary 109), width 128, 2 layers, 4
@@ -65,6 +67,12 @@ func (c LM) MLP(n int) LM { c.mlp = n; return c }
 // Backend sets the compute backend configuration ("go:ops_sequential", "xla:cuda"…); ""
 // means BackendFromEnv(). See ParseBackend.
 func (c LM) Backend(config string) LM { c.backend = config; return c }
+
+// Shards sets into how many parts training batches and sampling batches are split and run
+// concurrently. The go backend runs most ops on a single core, so on a 2-core machine two
+// shards use both cores. 0 (the default) means 2 on the go backend when GOMAXPROCS >= 2, else 1
+// (XLA parallelises each op itself).
+func (c LM) Shards(n int) LM { c.shards = n; return c }
 
 // Seed sets the seed of the weight initialisation.
 func (c LM) Seed(seed uint64) LM { c.seed = seed; return c }
@@ -122,6 +130,9 @@ func (c LM) Validate() error {
 	if c.context > 0 && c.context < 8 {
 		errs = append(errs, fmt.Errorf("context %d is shorter than 8 tokens", c.context))
 	}
+	if c.shards < 0 {
+		errs = append(errs, fmt.Errorf("shards %d; want >= 0", c.shards))
+	}
 	if math.IsNaN(c.initStd) || c.initStd <= 0 || c.initStd > 1 {
 		errs = append(errs, fmt.Errorf("init std %v; want in (0, 1]", c.initStd))
 	}
@@ -143,7 +154,10 @@ type Policy struct {
 	backend compute.Backend
 	store   *model.Store
 
-	mu        sync.Mutex
+	// mu guards the weights: inference holds it shared, training and saving exclusively.
+	mu sync.RWMutex
+	// execMu guards the lazily built executors.
+	execMu    sync.Mutex
 	scoreExec *model.Exec
 	stepExec  *model.Exec
 }
@@ -172,6 +186,17 @@ func (c LM) MustBuild() *Policy {
 		panic(err)
 	}
 	return p
+}
+
+// shards returns the number of concurrent shards batches are split into.
+func (p *Policy) shards() int {
+	switch {
+	case p.cfg.shards > 0:
+		return p.cfg.shards
+	case p.backend.String() == "go" && runtime.GOMAXPROCS(0) >= 2:
+		return 2
+	}
+	return 1
 }
 
 // Config returns the policy's configuration.
