@@ -1,7 +1,11 @@
 package agrl
 
 import (
+	"os"
+	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // Benchmarks on the Tiny shape: vocabulary 64, width 128, 2 layers, 4 heads, context
@@ -9,7 +13,8 @@ import (
 //
 //	GOEXPERIMENT=simd go test -run XXX -bench . -benchtime 5x ./agrl/
 //
-// Each reports tokens/s, the achieved model GFLOP/s (useful work: 2 FLOPs per weight
+// AGRL_BENCH_SHARDS=1 turns off the 2-way concurrent sharding; AGRL_BACKEND picks the
+// backend (xla:cuda on a GPU machine). Each reports tokens/s, the achieved model GFLOP/s (useful work: 2 FLOPs per weight
 // multiply-add plus attention over the visible keys; a training step counts 3× the forward
 // pass) and that as a fraction of this CPU's fp32 peak.
 
@@ -28,10 +33,20 @@ func benchLM() LM {
 	if tok.VocabSize() != 64 {
 		panic(tok.VocabSize())
 	}
-	return TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Backend(DefaultBackend)
+	shards, _ := strconv.Atoi(os.Getenv("AGRL_BENCH_SHARDS")) // 0: the default
+	return TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Shards(shards).Backend("")
 }
 
-func reportThroughput(b *testing.B, tokens int, flops float64) {
+// cpuTime is the process's user+system CPU time. The machine is shared, so wall-clock rates
+// are noisy; CPU seconds per op (reported as "cpu-ms/op") are steadier for comparing versions.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func reportThroughput(b *testing.B, tokens int, flops float64, cpu time.Duration) {
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(tokens)/sec, "tokens/s")
 	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
@@ -72,13 +87,14 @@ func BenchmarkSample(b *testing.B) {
 	}
 	run(0) // compile
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		run(uint64(i + 1))
 	}
 	cfg := p.Config()
 	// Average visible context while generating: prompt + half the new tokens.
 	flops := float64(b.N*batch*newTokens) * cfg.FLOPsPerToken(2*(promptLen+newTokens/2))
-	reportThroughput(b, b.N*batch*newTokens, flops)
+	reportThroughput(b, b.N*batch*newTokens, flops, cpuTime()-cpu0)
 }
 
 // BenchmarkTrain takes AdamW steps on batches of 32 sequences of 128 tokens (SFT loss on every
@@ -104,11 +120,12 @@ func BenchmarkTrain(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	for i := 0; i < b.N; i++ {
 		if _, err := tr.Step(tb); err != nil {
 			b.Fatal(err)
 		}
 	}
 	tokens := b.N * batch * (seqLen - 1)
-	reportThroughput(b, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen))
+	reportThroughput(b, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen), cpuTime()-cpu0)
 }

@@ -96,8 +96,8 @@ func hook(stage string) error {
 // state — as a new checkpoint in dir, atomically, keeping the two newest checkpoints. It
 // returns the checkpoint's directory.
 func (p *Policy) Save(dir string) (string, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("agrl: Save: %w", err)
 	}

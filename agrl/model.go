@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 
 	"github.com/gomlx/compute"
@@ -12,7 +13,6 @@ import (
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
-	"github.com/gomlx/gomlx/ml/layers/activation"
 	"github.com/gomlx/gomlx/ml/model"
 	"github.com/gomlx/gomlx/ml/nn"
 )
@@ -30,6 +30,7 @@ type LM struct {
 	backend                            string
 	seed                               uint64
 	initStd                            float64
+	shards                             int
 }
 
 // TinyLM is the CPU preset: the ASCII tokenizer (vocabulary 109), width 128, 2 layers, 4
@@ -67,6 +68,12 @@ func (c LM) MLP(n int) LM { c.mlp = n; return c }
 // means BackendFromEnv(). See ParseBackend.
 func (c LM) Backend(config string) LM { c.backend = config; return c }
 
+// Shards sets into how many parts training batches and sampling batches are split and run
+// concurrently. The go backend runs most ops on a single core, so on a 2-core machine two
+// shards use both cores. 0 (the default) means 2 on the go backend when GOMAXPROCS >= 2, else 1
+// (XLA parallelises each op itself).
+func (c LM) Shards(n int) LM { c.shards = n; return c }
+
 // Seed sets the seed of the weight initialisation.
 func (c LM) Seed(seed uint64) LM { c.seed = seed; return c }
 
@@ -88,7 +95,7 @@ func (c LM) ContextLen() int { return c.context }
 // Params counts the model's trainable parameters.
 func (c LM) Params() int {
 	v, d, m := c.Vocab(), c.width, c.mlp
-	perLayer := 4*d + d*3*d + 3*d + d*d + d + d*m + m + m*d + d
+	perLayer := 4*d + 4*d*d + 2*d*m
 	return v*d + c.context*d + c.layers*perLayer + 2*d + d*v
 }
 
@@ -123,6 +130,9 @@ func (c LM) Validate() error {
 	if c.context > 0 && c.context < 8 {
 		errs = append(errs, fmt.Errorf("context %d is shorter than 8 tokens", c.context))
 	}
+	if c.shards < 0 {
+		errs = append(errs, fmt.Errorf("shards %d; want >= 0", c.shards))
+	}
 	if math.IsNaN(c.initStd) || c.initStd <= 0 || c.initStd > 1 {
 		errs = append(errs, fmt.Errorf("init std %v; want in (0, 1]", c.initStd))
 	}
@@ -144,7 +154,10 @@ type Policy struct {
 	backend compute.Backend
 	store   *model.Store
 
-	mu        sync.Mutex
+	// mu guards the weights: inference holds it shared, training and saving exclusively.
+	mu sync.RWMutex
+	// execMu guards the lazily built executors.
+	execMu    sync.Mutex
 	scoreExec *model.Exec
 	stepExec  *model.Exec
 }
@@ -173,6 +186,17 @@ func (c LM) MustBuild() *Policy {
 		panic(err)
 	}
 	return p
+}
+
+// shards returns the number of concurrent shards batches are split into.
+func (p *Policy) shards() int {
+	switch {
+	case p.cfg.shards > 0:
+		return p.cfg.shards
+	case p.backend.String() == "go" && runtime.GOMAXPROCS(0) >= 2:
+		return 2
+	}
+	return 1
 }
 
 // Config returns the policy's configuration.
@@ -204,11 +228,10 @@ func (c LM) weightSpecs() []weightSpec {
 		pre := fmt.Sprintf("layer%d/", l)
 		specs = append(specs,
 			weightSpec{pre + "ln1_g", []int{d}, "ones"}, weightSpec{pre + "ln1_b", []int{d}, "zeros"},
-			weightSpec{pre + "qkv_w", []int{d, 3 * d}, "normal"}, weightSpec{pre + "qkv_b", []int{3 * d}, "zeros"},
-			weightSpec{pre + "out_w", []int{d, d}, "resid"}, weightSpec{pre + "out_b", []int{d}, "zeros"},
+			weightSpec{pre + "q_w", []int{d, d}, "normal"}, weightSpec{pre + "k_w", []int{d, d}, "normal"},
+			weightSpec{pre + "v_w", []int{d, d}, "normal"}, weightSpec{pre + "out_w", []int{d, d}, "resid"},
 			weightSpec{pre + "ln2_g", []int{d}, "ones"}, weightSpec{pre + "ln2_b", []int{d}, "zeros"},
-			weightSpec{pre + "fc1_w", []int{d, m}, "normal"}, weightSpec{pre + "fc1_b", []int{m}, "zeros"},
-			weightSpec{pre + "fc2_w", []int{m, d}, "resid"}, weightSpec{pre + "fc2_b", []int{d}, "zeros"},
+			weightSpec{pre + "fc1_w", []int{d, m}, "normal"}, weightSpec{pre + "fc2_w", []int{m, d}, "resid"},
 		)
 	}
 	return append(specs, weightSpec{"lnf_g", []int{d}, "ones"}, weightSpec{"lnf_b", []int{d}, "zeros"},
@@ -258,7 +281,7 @@ type weights struct {
 }
 
 type layerWeights struct {
-	ln1G, ln1B, qkvW, qkvB, outW, outB, ln2G, ln2B, fc1W, fc1B, fc2W, fc2B *graph.Node
+	ln1G, ln1B, qW, kW, vW, outW, ln2G, ln2B, fc1W, fc2W *graph.Node
 }
 
 // graphWeights fetches the weight variables into graph g.
@@ -282,9 +305,9 @@ func (c LM) graphWeights(store *model.Store, g *graph.Graph) (*weights, error) {
 	for l := range c.layers {
 		pre := fmt.Sprintf("layer%d/", l)
 		w.layers = append(w.layers, layerWeights{
-			ln1G: must(pre + "ln1_g"), ln1B: must(pre + "ln1_b"), qkvW: must(pre + "qkv_w"), qkvB: must(pre + "qkv_b"),
-			outW: must(pre + "out_w"), outB: must(pre + "out_b"), ln2G: must(pre + "ln2_g"), ln2B: must(pre + "ln2_b"),
-			fc1W: must(pre + "fc1_w"), fc1B: must(pre + "fc1_b"), fc2W: must(pre + "fc2_w"), fc2B: must(pre + "fc2_b"),
+			ln1G: must(pre + "ln1_g"), ln1B: must(pre + "ln1_b"), qW: must(pre + "q_w"), kW: must(pre + "k_w"),
+			vW: must(pre + "v_w"), outW: must(pre + "out_w"), ln2G: must(pre + "ln2_g"), ln2B: must(pre + "ln2_b"),
+			fc1W: must(pre + "fc1_w"), fc2W: must(pre + "fc2_w"),
 		})
 	}
 	return w, errors.Join(errs...)
@@ -294,8 +317,10 @@ const lnEps = 1e-5
 
 func layerNorm(x, g, b *graph.Node) *graph.Node { return nn.LayerNorm(x, []int{-1}, lnEps, g, b, nil) }
 
-func dense(x, w, b *graph.Node) *graph.Node {
-	return nn.Dense(x, w, b, compute.DenseLayoutInputOutputs)
+// matmul multiplies the last axis of x [..., in] by w [in, out] (no bias: like LLaMA, the
+// linear layers have none, which also spares the backward pass a reduction per layer).
+func matmul(x, w *graph.Node) *graph.Node {
+	return nn.Dense(x, w, nil, compute.DenseLayoutInputOutputs)
 }
 
 // maskedLogit is added to the logits of tokens the policy may never write. It is finite so
@@ -307,15 +332,12 @@ const maskedLogit = -1e9
 func bannedTokens() []int32 { return []int32{PAD, BOS, UNK, TagID(ObsOpen), TagID(ObsClose)} }
 
 // outputLogProbs turns final hidden states [..., d] into log-probabilities [..., V] at inverse
-// temperature invT (a scalar node): graph.LogSoftmax(logits·invT + ban). The sampler and the scorer
+// temperature invT (a scalar node): LogSoftmax(logits·invT + ban). The sampler and the scorer
 // both call this, so temperature is applied identically in both.
 func (c LM) outputLogProbs(w *weights, x, invT *graph.Node) *graph.Node {
 	g := x.Graph()
 	x = layerNorm(x, w.lnfG, w.lnfB)
-	dims := x.Shape().Dimensions
-	n := x.Shape().Size() / c.width
-	logits := graph.Einsum("nd,dv->nv", graph.Reshape(x, n, c.width), w.head)            // [N, V]
-	logits = graph.Reshape(logits, append(dims[:len(dims)-1:len(dims)-1], c.Vocab())...) // [..., V]
+	logits := matmul(x, w.head) // [..., V]
 	ban := make([]float32, c.Vocab())
 	for _, id := range bannedTokens() {
 		ban[id] = maskedLogit
@@ -324,28 +346,30 @@ func (c LM) outputLogProbs(w *weights, x, invT *graph.Node) *graph.Node {
 	return graph.LogSoftmax(logits, -1)
 }
 
-// mlpBlock is the feed-forward half of a block: x + W2·gelu(W1·LN(x)).
+// mlpBlock is the feed-forward half of a block: x + W2·relu(W1·LN(x)). ReLU rather than GELU:
+// on the go backend the exact GELU's erf cost 10% of a training step.
 func mlpBlock(lw *layerWeights, x *graph.Node) *graph.Node {
 	h := layerNorm(x, lw.ln2G, lw.ln2B)
-	h = nn.Dense(h, lw.fc1W, lw.fc1B, compute.DenseLayoutInputOutputs, activation.TypeGelu)
-	return graph.Add(x, dense(h, lw.fc2W, lw.fc2B))
+	h = relu(matmul(h, lw.fc1W))
+	return graph.Add(x, matmul(h, lw.fc2W))
 }
 
-// splitHeads turns [B, T, 3d] projections into q, k, v shaped [B, H, T, hd].
-func (c LM) splitHeads(qkv *graph.Node) (q, k, v *graph.Node) {
-	b, t := qkv.Shape().Dimensions[0], qkv.Shape().Dimensions[1]
+// project projects x [B, T, d] with w [d, d] and splits the result into heads, merged with the
+// batch axis: [B·H, T, hd]. One batch axis keeps every attention matmul on the go backend's
+// fast path (two batch axes made it copy the KV cache at every decoding step).
+func (c LM) project(x, w *graph.Node) *graph.Node {
+	b, t := x.Shape().Dimensions[0], x.Shape().Dimensions[1]
 	hd := c.width / c.heads
-	qkv = graph.Reshape(qkv, b, t, 3, c.heads, hd)   // [B, T, 3, H, hd]
-	qkv = graph.TransposeAllAxes(qkv, 2, 0, 3, 1, 4) // [3, B, H, T, hd]
-	parts := graph.Split(qkv, 0, 3)                  // 3 × [1, B, H, T, hd]
-	sq := func(n *graph.Node) *graph.Node { return graph.Reshape(n, b, c.heads, t, hd) }
-	return sq(parts[0]), sq(parts[1]), sq(parts[2])
+	y := graph.Reshape(matmul(x, w), b, t, c.heads, hd) // [B, T, H, hd]
+	y = graph.TransposeAllAxes(y, 0, 2, 1, 3)           // [B, H, T, hd]
+	return graph.Reshape(y, b*c.heads, t, hd)           // [B·H, T, hd]
 }
 
-// mergeHeads turns attention outputs [B, H, T, hd] into [B, T, d].
-func (c LM) mergeHeads(a *graph.Node) *graph.Node {
-	b, t := a.Shape().Dimensions[0], a.Shape().Dimensions[2]
-	return graph.Reshape(graph.TransposeAllAxes(a, 0, 2, 1, 3), b, t, c.width) // [B, T, H, hd] -> [B, T, d]
+// mergeHeads turns attention outputs [B·H, T, hd] back into [B, T, d].
+func (c LM) mergeHeads(a *graph.Node, b int) *graph.Node {
+	t, hd := a.Shape().Dimensions[1], a.Shape().Dimensions[2]
+	a = graph.Reshape(a, b, c.heads, t, hd)                                    // [B, H, T, hd]
+	return graph.Reshape(graph.TransposeAllAxes(a, 0, 2, 1, 3), b, t, c.width) // [B, T, d]
 }
 
 // forward runs the transformer over whole sequences tokens [B, T] (int32) and returns the
@@ -356,18 +380,23 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 	hd := c.width / c.heads
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))                         // [B, T, d]
 	x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
-	causal := graph.GreaterOrEqual(graph.Iota(g, shapes.Make(dtypes.Int32, t, t), 0),
-		graph.Iota(g, shapes.Make(dtypes.Int32, t, t), 1)) // [T, T]: key j visible from query i when j <= i
-	negInf := graph.Const(g, float32(maskedLogit))
+	// Causal mask as an additive bias [1, T, T]: 0 where key j <= query i, else maskedLogit.
+	bias := make([]float32, t*t)
+	for i := range t {
+		for j := i + 1; j < t; j++ {
+			bias[i*t+j] = maskedLogit
+		}
+	}
+	causal := graph.Const(g, tensors.FromFlatDataAndDimensions(bias, 1, t, t))
 	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
 	for l := range w.layers {
 		lw := &w.layers[l]
 		h := layerNorm(x, lw.ln1G, lw.ln1B)
-		q, k, v := c.splitHeads(dense(h, lw.qkvW, lw.qkvB))          // [B, H, T, hd] each
-		s := graph.Mul(graph.Einsum("bhqd,bhkd->bhqk", q, k), scale) // [B, H, T, T]
-		s = graph.Where(graph.BroadcastToDims(graph.InsertAxes(causal, 0, 0), b, c.heads, t, t), s, negInf)
-		a := graph.Einsum("bhqk,bhkd->bhqd", graph.Softmax(s, -1), v) // [B, H, T, hd]
-		x = graph.Add(x, dense(c.mergeHeads(a), lw.outW, lw.outB))    // [B, T, d]
+		q := graph.Mul(c.project(h, lw.qW), scale)                 // [B·H, T, hd], pre-scaled
+		k, v := c.project(h, lw.kW), c.project(h, lw.vW)           // [B·H, T, hd]
+		s := graph.Add(graph.Einsum("nqd,nkd->nqk", q, k), causal) // [B·H, T, T]
+		a := graph.Einsum("nqk,nkd->nqd", softmax(s), v)           // [B·H, T, hd]
+		x = graph.Add(x, matmul(c.mergeHeads(a, b), lw.outW))      // [B, T, d]
 		x = mlpBlock(lw, x)
 	}
 	return x
@@ -399,14 +428,15 @@ func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy, top
 //	start  [B] int32:    the position of tokens[b, 0] (the number of tokens already cached)
 //	count  [B] int32:    valid tokens per row, 0 for a sequence that is idle this step
 //	invT   scalar:       inverse temperature
-//	caches 2·Layers × [B, H, C, hd]: keys and values of each layer (donated, updated)
+//	caches 2·Layers × [B·H, C, hd]: keys and values of each layer (donated, updated in place)
 //
 // It returns the log-probabilities [B, V] of the token after each row's last valid token, and
 // the updated caches.
 func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []*graph.Node) (*graph.Node, []*graph.Node) {
 	g := tokens.Graph()
 	b, k := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
-	cl := caches[0].Shape().Dimensions[2] // cache length C
+	cl := caches[0].Shape().Dimensions[1] // cache length C
+	bh := b * c.heads
 	hd := c.width / c.heads
 	i32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Int32, dims...) }
 
@@ -416,33 +446,59 @@ func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []
 	posC := graph.Min(pos, graph.Const(g, int32(cl-1)))               // [B, K] clamped into the cache
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))          // [B, K, d]
 	x = graph.Add(x, graph.Gather(w.pos, graph.InsertAxes(posC, -1))) // + pos[posC]
-	validF := graph.ConvertDType(valid, dtypes.Float32)               // [B, K]
-	rowMask := graph.Reshape(validF, b, 1, k, 1)                      // [B, 1, K, 1]
-	bhk := i32(b, c.heads, k)
-	idx := graph.Stack([]*graph.Node{ // [B, H, K, 3]: (b, h, pos) of each new cache row
-		graph.Iota(g, bhk, 0), graph.Iota(g, bhk, 1),
-		graph.BroadcastToDims(graph.InsertAxes(posC, 1), b, c.heads, k),
-	}, -1)
-	visible := graph.LessOrEqual(graph.Iota(g, i32(b, 1, k, cl), 3), graph.Reshape(pos, b, 1, k, 1)) // [B, 1, K, C]
-	visible = graph.BroadcastToDims(visible, b, c.heads, k, cl)                                      // [B, H, K, C]
+	rowMask := graph.Reshape(graph.BroadcastToDims(graph.Reshape(graph.ConvertDType(valid, dtypes.Float32), b, 1, k, 1),
+		b, c.heads, k, 1), bh, k, 1) // [B·H, K, 1]
+	posH := graph.Reshape(graph.BroadcastToDims(graph.Reshape(posC, b, 1, k), b, c.heads, k), bh, k) // [B·H, K]
+	idx := graph.Stack([]*graph.Node{graph.Iota(g, i32(bh, k), 0), posH}, -1)                        // [B·H, K, 2]: (n, pos)
+	posQ := graph.Reshape(graph.BroadcastToDims(graph.Reshape(pos, b, 1, k, 1), b, c.heads, k, 1), bh, k, 1)
+	visible := graph.LessOrEqual(graph.Iota(g, i32(bh, k, cl), 2), posQ) // [B·H, K, C]
 	negInf := graph.Const(g, float32(maskedLogit))
 	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
 	out := make([]*graph.Node, len(caches))
 	for l := range w.layers {
 		lw := &w.layers[l]
 		h := layerNorm(x, lw.ln1G, lw.ln1B)
-		q, kk, v := c.splitHeads(dense(h, lw.qkvW, lw.qkvB))                            // [B, H, K, hd]
-		kc := graph.ScatterSum(caches[2*l], idx, graph.Mul(kk, rowMask), false, false)  // [B, H, C, hd]
-		vc := graph.ScatterSum(caches[2*l+1], idx, graph.Mul(v, rowMask), false, false) // [B, H, C, hd]
+		q := graph.Mul(c.project(h, lw.qW), scale)                                                      // [B·H, K, hd]
+		kc := graph.ScatterSum(caches[2*l], idx, graph.Mul(c.project(h, lw.kW), rowMask), false, false) // [B·H, C, hd]
+		vc := graph.ScatterSum(caches[2*l+1], idx, graph.Mul(c.project(h, lw.vW), rowMask), false, false)
 		out[2*l], out[2*l+1] = kc, vc
-		s := graph.Mul(graph.Einsum("bhqd,bhkd->bhqk", q, kc), scale) // [B, H, K, C]
-		s = graph.Where(visible, s, negInf)
-		a := graph.Einsum("bhqk,bhkd->bhqd", graph.Softmax(s, -1), vc) // [B, H, K, hd]
-		x = graph.Add(x, dense(c.mergeHeads(a), lw.outW, lw.outB))     // [B, K, d]
+		s := graph.Where(visible, graph.Einsum("nqd,nkd->nqk", q, kc), negInf) // [B·H, K, C]
+		a := graph.Einsum("nqk,nkd->nqd", graph.Softmax(s, -1), vc)            // [B·H, K, hd]
+		x = graph.Add(x, matmul(c.mergeHeads(a, b), lw.outW))                  // [B, K, d]
 		x = mlpBlock(lw, x)
 	}
 	last := graph.Max(graph.Sub(count, graph.Const(g, int32(1))), graph.Const(g, int32(0))) // [B]
 	pick := graph.OneHot(last, k, dtypes.Float32)                                           // [B, K]
 	xLast := graph.Einsum("bk,bkd->bd", pick, x)                                            // [B, d]
 	return c.outputLogProbs(w, xLast, invT), out                                            // [B, V]
+}
+
+// relu is max(x, 0) written as Where(x > 0, x, 0): its backward pass is one Where, where
+// GoMLX's gradient of Max takes five ops.
+func relu(x *graph.Node) *graph.Node {
+	zero := graph.ScalarZero(x.Graph(), x.DType())
+	return graph.Where(graph.GreaterThan(x, zero), x, zero)
+}
+
+// softmax is the softmax over the last axis with a hand-written gradient,
+// dS = P⊙v − P⊙Σ(P⊙v): four passes over the attention scores where the gradient of GoMLX's
+// decomposed softmax takes about ten. It rides on GoMLX's fused-op mechanism: the gradient of
+// the fused node is taken through its "decomposed" alternate, here an identity of the scores
+// carrying the custom gradient (never evaluated). Backends without a fused softmax get the
+// plain graph.Softmax.
+func softmax(s *graph.Node) *graph.Node {
+	var p *graph.Node
+	out, fused := graph.InternalFusedOpCaller(
+		func() *graph.Node { return graph.BackendFusedSoftmax(s, s.Rank()-1) },
+		func() *graph.Node {
+			return graph.IdentityWithCustomGradient(s, func(_, v *graph.Node) *graph.Node {
+				pv := graph.Mul(p, v)
+				return graph.Sub(pv, graph.Mul(p, graph.ReduceAndKeep(pv, graph.ReduceSum, -1)))
+			})
+		}, true)
+	if !fused {
+		return graph.Softmax(s, -1)
+	}
+	p = out
+	return out
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
@@ -102,21 +103,28 @@ var chunkBuckets = []int{1, 4, 16, 64}
 // Decoder generates from a batch of sequences with a KV cache. Each sequence starts from a
 // prompt (Start); Run then samples actions until the callback stops them, appending the
 // tokens it returns (observations) to the context without recomputing the prefix. All
-// sequences advance together, one graph call per step, each reading its own pending tokens or
-// writing its next one.
+// sequences of a shard advance together, one graph call per step, each reading its own pending
+// tokens or writing its next one; the shards (see LM.Shards) run concurrently.
 //
-// A Decoder is not safe for concurrent use; it holds the policy only during each step.
+// A Decoder is not safe for concurrent use; it holds the policy (shared) only during each step.
 type Decoder struct {
 	p        *Policy
 	s        Sampling
 	capacity int // tokens per sequence
-	b, c     int // padded batch, cache length
-	caches   []*tensors.Tensor
 	seqs     []decSeq
+	parts    []*decPart
 	invT     float32
 
 	// Steps counts graph calls; Fed counts tokens read (prompt, observation and sampled).
 	Steps, Fed int
+}
+
+// decPart is one shard of a Decoder: sequences [lo, hi) and their KV cache.
+type decPart struct {
+	lo, hi     int
+	b, c       int // padded batch, cache length
+	caches     []*tensors.Tensor
+	steps, fed int
 }
 
 type decSeq struct {
@@ -128,6 +136,9 @@ type decSeq struct {
 	actionLogp []float32
 	rng        *rand.Rand
 }
+
+// minShardBatch is the smallest number of sequences per Decoder shard.
+const minShardBatch = 4
 
 // NewDecoder prepares a batch of n sequences of at most capacity tokens each (capacity at most
 // the model's context). The KV cache is sized to capacity rounded up to a length bucket.
@@ -141,11 +152,16 @@ func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
 	if capacity < 2 || capacity > p.cfg.context {
 		return nil, fmt.Errorf("agrl: NewDecoder: capacity %d tokens; want 2..%d (the context)", capacity, p.cfg.context)
 	}
-	d := &Decoder{p: p, s: s, capacity: capacity, b: bucketBatch(n), c: bucketLen(capacity, p.cfg.context),
-		seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
+	d := &Decoder{p: p, s: s, capacity: capacity, seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
+	shards := max(1, min(p.shards(), n/minShardBatch))
 	hd := p.cfg.width / p.cfg.heads
-	for range 2 * p.cfg.layers {
-		d.caches = append(d.caches, tensors.FromShape(shapes.Make(dtypes.Float32, d.b, p.cfg.heads, d.c, hd)))
+	for k := range shards {
+		part := &decPart{lo: k * n / shards, hi: (k + 1) * n / shards, c: bucketLen(capacity, p.cfg.context)}
+		part.b = bucketBatch(part.hi - part.lo)
+		for range 2 * p.cfg.layers {
+			part.caches = append(part.caches, tensors.FromShape(shapes.Make(dtypes.Float32, part.b*p.cfg.heads, part.c, hd)))
+		}
+		d.parts = append(d.parts, part)
 	}
 	for i := range d.seqs {
 		d.seqs[i].rng = rand.New(rand.NewPCG(s.Seed, uint64(i)))
@@ -185,14 +201,34 @@ func (d *Decoder) Start(i int, prompt []int32) error {
 
 // NextFunc is called by Run each time sequence i finishes an action. It returns the tokens to
 // append to the context before the next action (the observation; at most Room(i) tokens) and
-// whether the sequence goes on to write another action.
+// whether the sequence goes on to write another action. Calls for sequences of different
+// shards may run concurrently; calls for one sequence never do.
 type NextFunc func(i int, c Completion) (more []int32, cont bool)
 
 // Run samples until every started sequence has been stopped by next.
 func (d *Decoder) Run(next NextFunc) error {
+	errs := make([]error, len(d.parts))
+	var wg sync.WaitGroup
+	for k, part := range d.parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[k] = d.runPart(part, next)
+		}()
+	}
+	wg.Wait()
+	d.Steps, d.Fed = 0, 0
+	for _, part := range d.parts {
+		d.Steps += part.steps
+		d.Fed += part.fed
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 	for {
 		maxPend := 0
-		for i := range d.seqs {
+		for i := part.lo; i < part.hi; i++ {
 			maxPend = max(maxPend, len(d.seqs[i].pending))
 		}
 		if maxPend == 0 {
@@ -205,17 +241,18 @@ func (d *Decoder) Run(next NextFunc) error {
 				break
 			}
 		}
-		counts, logp, err := d.step(k)
+		counts, logp, err := d.step(part, k)
 		if err != nil {
 			return err
 		}
 		v := d.p.cfg.Vocab()
-		for i := range d.seqs {
+		for i := part.lo; i < part.hi; i++ {
 			sq := &d.seqs[i]
-			if counts[i] == 0 || len(sq.pending) > 0 || !sq.generating {
+			r := i - part.lo
+			if counts[r] == 0 || len(sq.pending) > 0 || !sq.generating {
 				continue
 			}
-			row := logp[i*v : (i+1)*v]
+			row := logp[r*v : (r+1)*v]
 			if !finiteRow(row) {
 				return fmt.Errorf("agrl: Decoder: sequence %d: the next-token log-probs are not finite (NaN or Inf weights?)", i)
 			}
@@ -252,22 +289,10 @@ func (d *Decoder) Run(next NextFunc) error {
 	}
 }
 
-// step reads up to k pending tokens of every sequence and returns how many each read, and the
-// next-token log-probs [n·V] after them.
-func (d *Decoder) step(k int) ([]int, []float32, error) {
-	p := d.p
-	tok := make([]int32, d.b*k)
-	start := make([]int32, d.b)
-	count := make([]int32, d.b)
-	counts := make([]int, len(d.seqs))
-	for i := range d.seqs {
-		sq := &d.seqs[i]
-		n := min(len(sq.pending), k)
-		copy(tok[i*k:], sq.pending[:n])
-		start[i], count[i], counts[i] = int32(sq.fed), int32(n), n
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// stepExecutor returns the policy's incremental-decoding executor, building it once.
+func (p *Policy) stepExecutor() (*model.Exec, error) {
+	p.execMu.Lock()
+	defer p.execMu.Unlock()
 	if p.stepExec == nil {
 		layers := p.cfg.layers
 		e, err := p.newExec("sample", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
@@ -276,34 +301,59 @@ func (d *Decoder) step(k int) ([]int, []float32, error) {
 			return append([]*graph.Node{logp}, caches...)
 		})
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		p.stepExec = e
 	}
-	args := []any{tensors.FromFlatDataAndDimensions(tok, d.b, k), tensors.FromFlatDataAndDimensions(start, d.b),
-		tensors.FromFlatDataAndDimensions(count, d.b), d.invT}
-	for _, c := range d.caches {
+	return p.stepExec, nil
+}
+
+// step reads up to k pending tokens of every sequence of a shard and returns how many each
+// read, and the next-token log-probs [(hi-lo)·V] after them.
+func (d *Decoder) step(part *decPart, k int) ([]int, []float32, error) {
+	p := d.p
+	tok := make([]int32, part.b*k)
+	start := make([]int32, part.b)
+	count := make([]int32, part.b)
+	counts := make([]int, part.hi-part.lo)
+	for i := part.lo; i < part.hi; i++ {
+		sq := &d.seqs[i]
+		r := i - part.lo
+		n := min(len(sq.pending), k)
+		copy(tok[r*k:], sq.pending[:n])
+		start[r], count[r], counts[r] = int32(sq.fed), int32(n), n
+	}
+	exec, err := p.stepExecutor()
+	if err != nil {
+		return nil, nil, err
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	args := []any{tensors.FromFlatDataAndDimensions(tok, part.b, k), tensors.FromFlatDataAndDimensions(start, part.b),
+		tensors.FromFlatDataAndDimensions(count, part.b), d.invT}
+	for _, c := range part.caches {
 		don, err := graph.DonateTensorBuffer(c, p.backend, 0)
 		if err != nil {
 			return nil, nil, fmt.Errorf("agrl: Decoder: %w", err)
 		}
 		args = append(args, don)
 	}
-	d.caches = nil // donated: the outputs replace them
-	out, err := call(p.stepExec, args...)
+	part.caches = nil // donated: the outputs replace them
+	out, err := call(exec, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("agrl: Decoder step: %w", err)
 	}
-	d.caches = out[1:]
+	part.caches = out[1:]
 	logp := tensors.MustCopyFlatData[float32](out[0])
 	_ = out[0].FinalizeAll()
-	for i := range d.seqs {
+	for i := part.lo; i < part.hi; i++ {
 		sq := &d.seqs[i]
-		sq.fed += counts[i]
-		sq.pending = sq.pending[counts[i]:]
-		d.Fed += counts[i]
+		n := counts[i-part.lo]
+		sq.fed += n
+		sq.pending = sq.pending[n:]
+		part.fed += n
 	}
-	d.Steps++
+	part.steps++
 	return counts, logp, nil
 }
 
@@ -367,12 +417,14 @@ func (d *Decoder) draw(sq *decSeq, logp []float32) (int32, float32) {
 	return int32(last), logp[last]
 }
 
-// Close releases the KV cache.
+// Close releases the KV caches.
 func (d *Decoder) Close() {
-	for _, c := range d.caches {
-		_ = c.FinalizeAll()
+	for _, part := range d.parts {
+		for _, c := range part.caches {
+			_ = c.FinalizeAll()
+		}
+		part.caches = nil
 	}
-	d.caches = nil
 }
 
 // Complete samples one action after each prompt (at most maxNew tokens, fewer if the context

@@ -106,8 +106,7 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	if err := p.checkSeqs(seqs); err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.execMu.Lock()
 	if p.scoreExec == nil {
 		e, err := p.newExec("score", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
 			w := p.mustWeights(in[0].Graph())
@@ -115,10 +114,14 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 			return []*graph.Node{logp, ent}
 		})
 		if err != nil {
+			p.execMu.Unlock()
 			return nil, err
 		}
 		p.scoreExec = e
 	}
+	p.execMu.Unlock()
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	out := make([]TokenScores, len(seqs))
 	invT := invTemperature(temperature)
 	for lo := 0; lo < len(seqs); lo += scoreChunk {

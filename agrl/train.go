@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gomlx/compute/dtypes"
@@ -113,10 +114,18 @@ type LossInputs struct {
 	Values map[string]*graph.Node
 	// Valid is 1 on real target tokens and 0 on padding.
 	Valid *graph.Node
+	// Sums holds, for each value name, the scalar sum of that value over the real target
+	// tokens of the whole batch. Normalise by these (for instance a token mean by
+	// Sums["mask"]), never by sums over the nodes above: the trainer may split a batch into
+	// shards computed concurrently, and the loss and metrics of the shards are added up.
+	// This is also DESIGN rule 4: divide by the whole batch's token count.
+	Sums map[string]*graph.Node
 }
 
 // LossFunc builds a scalar loss (to minimise) and named scalar metrics from a batch's
 // per-token statistics. Mask it yourself: only policy-generated tokens belong in the loss.
+// Loss and metrics must add up over shards of the batch: sums over tokens divided by the
+// whole-batch LossInputs.Sums (see there).
 type LossFunc func(in LossInputs) (loss *graph.Node, metrics map[string]*graph.Node)
 
 // Trainer takes optimizer steps on a Policy with a given loss. Its AdamW state lives in the
@@ -129,9 +138,11 @@ type Trainer struct {
 	loss     LossFunc
 	values   []string
 	invT     float32
-	exec     *model.Exec
-	evalExec *model.Exec
-	metrics  []string // metric names in output order (fixed at the first build)
+	shards   int
+	gradExec *model.Exec // loss, metrics and gradients of one shard
+	evalExec *model.Exec // loss and metrics of one shard
+	updExec  *model.Exec // AdamW update from the shards' gradients
+	metrics  []string    // metric names in output order (fixed at the first build)
 }
 
 // StepStats reports one optimizer step.
@@ -172,7 +183,7 @@ func (p *Policy) NewTrainer(name string, loss LossFunc, values []string, opt Ada
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("agrl: NewTrainer: %w", errors.Join(errs...))
 	}
-	t := &Trainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature)}
+	t := &Trainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature), shards: p.shards()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := t.ensureState(); err != nil {
@@ -216,8 +227,8 @@ func (t *Trainer) ensureState() error {
 
 // Steps returns the number of optimizer steps taken (restored from checkpoints).
 func (t *Trainer) Steps() int {
-	t.p.mu.Lock()
-	defer t.p.mu.Unlock()
+	t.p.mu.RLock()
+	defer t.p.mu.RUnlock()
 	return t.steps()
 }
 
@@ -233,63 +244,98 @@ func (t *Trainer) steps() int {
 	return int(tensors.MustCopyFlatData[float32](val)[0])
 }
 
-// buildGraph builds the loss (and, when update is set, the AdamW update) for one batch shape.
-// Inputs: tokens [B, T], lr scalar, then one [B, T] float32 per value name. Outputs: loss,
-// grad norm (0 without update), then the metrics in name order.
-func (t *Trainer) buildGraph(update bool) func(scope *model.Scope, in []*graph.Node) []*graph.Node {
-	return func(scope *model.Scope, in []*graph.Node) []*graph.Node {
-		p := t.p
-		g := in[0].Graph()
-		tokens, lr := in[0], in[1]
-		bsz, tl := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
-		w := p.mustWeights(g)
-		logp, ent, top1 := p.cfg.tokenStats(w, tokens, graph.Const(g, t.invT)) // [B, T-1]
-		shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
-		li := LossInputs{LogProbs: logp, Entropy: ent, Top1: top1, Values: map[string]*graph.Node{},
-			Valid: graph.ConvertDType(graph.NotEqual(shift(tokens), graph.Const(g, PAD)), dtypes.Float32)}
-		for i, name := range t.values {
-			li.Values[name] = shift(in[2+i])
-		}
-		loss, metrics := t.loss(li)
-		if loss == nil || !loss.Shape().IsScalar() {
-			panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
-		}
-		names := make([]string, 0, len(metrics))
-		for k := range metrics {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		if t.metrics == nil {
-			t.metrics = names
-		}
-		out := []*graph.Node{loss, graph.Const(g, float32(0))}
-		for _, k := range t.metrics {
-			m, ok := metrics[k]
-			if !ok || !m.Shape().IsScalar() {
-				panic(fmt.Errorf("metric %q missing or not a scalar", k))
-			}
-			out = append(out, graph.ConvertDType(m, dtypes.Float32))
-		}
-		_ = bsz
-		if update {
-			out[1] = t.adamW(g, w, loss, lr)
-		}
-		return out
-	}
+// Shards sets how many parts each batch is split into, computed concurrently (the go backend
+// runs most ops on one core, so two shards use both cores of a 2-core machine). The default is
+// the policy's (see Policy.Shards).
+func (t *Trainer) Shards(n int) *Trainer {
+	t.shards = max(1, n)
+	return t
 }
 
-// adamW adds the gradient and the AdamW update of every weight to g and returns the gradient's
-// global norm (before clipping).
-func (t *Trainer) adamW(g *graph.Graph, w *weights, loss, lr *graph.Node) *graph.Node {
-	p, o := t.p, t.opt
+// lossGraph builds the loss and metrics of one shard. Inputs: tokens [B, T], one [B, T]
+// float32 per value name, then one scalar whole-batch sum per value name.
+func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, metrics []*graph.Node) {
+	p := t.p
+	g := in[0].Graph()
+	tokens := in[0]
+	tl := tokens.Shape().Dimensions[1]
+	w = p.mustWeights(g)
+	logp, ent, top1 := p.cfg.tokenStats(w, tokens, graph.Const(g, t.invT)) // [B, T-1]
+	shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
+	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: top1, Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{},
+		Valid: graph.ConvertDType(graph.NotEqual(shift(tokens), graph.Const(g, PAD)), dtypes.Float32)}
+	nv := len(t.values)
+	for i, name := range t.values {
+		li.Values[name] = shift(in[1+i])
+		li.Sums[name] = in[1+nv+i]
+	}
+	loss, ms := t.loss(li)
+	if loss == nil || !loss.Shape().IsScalar() {
+		panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
+	}
+	names := make([]string, 0, len(ms))
+	for k := range ms {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	if t.metrics == nil {
+		t.metrics = names
+	}
+	for _, k := range t.metrics {
+		m, ok := ms[k]
+		if !ok || !m.Shape().IsScalar() {
+			panic(fmt.Errorf("metric %q missing or not a scalar", k))
+		}
+		metrics = append(metrics, graph.ConvertDType(m, dtypes.Float32))
+	}
+	return w, loss, metrics
+}
+
+// weightVars returns the weight variables in weightSpecs order.
+func (p *Policy) weightVars() []*model.Variable {
 	specs := p.cfg.weightSpecs()
 	vars := make([]*model.Variable, len(specs))
-	nodes := make([]*graph.Node, len(specs))
 	for i, s := range specs {
 		vars[i] = p.store.GetVariable(model.JoinPath(lmScope, s.name))
-		nodes[i] = vars[i].NodeValue(g)
 	}
-	grads := graph.Gradient(loss, nodes...)
+	return vars
+}
+
+// gradGraph outputs a shard's loss, metrics and the gradient of its loss for every weight.
+func (t *Trainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	_, loss, metrics := t.lossGraph(in)
+	g := in[0].Graph()
+	vars := t.p.weightVars()
+	nodes := make([]*graph.Node, len(vars))
+	for i, v := range vars {
+		nodes[i] = v.NodeValue(g)
+	}
+	out := append([]*graph.Node{loss}, metrics...)
+	return append(out, graph.Gradient(loss, nodes...)...)
+}
+
+// evalGraph outputs a shard's loss and metrics.
+func (t *Trainer) evalGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	_, loss, metrics := t.lossGraph(in)
+	return append([]*graph.Node{loss}, metrics...)
+}
+
+// updateGraph adds up the shards' gradients (inputs: lr, then shards × weights gradients),
+// applies AdamW and returns the global gradient norm before clipping.
+func (t *Trainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	p, o := t.p, t.opt
+	g := in[0].Graph()
+	lr := in[0]
+	specs := p.cfg.weightSpecs()
+	nw := len(specs)
+	shards := (len(in) - 1) / nw
+	grads := make([]*graph.Node, nw)
+	for i := range nw {
+		grads[i] = in[1+i]
+		for s := 1; s < shards; s++ {
+			grads[i] = graph.Add(grads[i], in[1+s*nw+i])
+		}
+	}
 	sumSq := graph.Const(g, float32(0))
 	for _, gr := range grads {
 		sumSq = graph.Add(sumSq, graph.ReduceAllSum(graph.Square(gr)))
@@ -309,7 +355,9 @@ func (t *Trainer) adamW(g *graph.Graph, w *weights, loss, lr *graph.Node) *graph
 	corr2 := graph.OneMinus(graph.Pow(b2, step))
 	stepSize := graph.Div(graph.Mul(lr, graph.Sqrt(corr2)), corr1)
 	epsHat := graph.Mul(c(o.eps), graph.Sqrt(corr2))
+	vars := p.weightVars()
 	for i, s := range specs {
+		w := vars[i].NodeValue(g)
 		gr := graph.Mul(grads[i], scale)
 		mVar, vVar := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
 		m := graph.Add(graph.Mul(b1, mVar.NodeValue(g)), graph.Mul(c(1-o.beta1), gr))
@@ -318,17 +366,17 @@ func (t *Trainer) adamW(g *graph.Graph, w *weights, loss, lr *graph.Node) *graph
 		vVar.SetNodeValue(v)
 		upd := graph.Mul(stepSize, graph.Div(m, graph.Add(graph.Sqrt(v), epsHat)))
 		if o.decay > 0 && decays(s.name) {
-			upd = graph.Add(upd, graph.Mul(graph.Mul(lr, c(o.decay)), nodes[i]))
+			upd = graph.Add(upd, graph.Mul(graph.Mul(lr, c(o.decay)), w))
 		}
-		vars[i].SetNodeValue(graph.Sub(nodes[i], upd))
+		vars[i].SetNodeValue(graph.Sub(w, upd))
 	}
-	return norm
+	return []*graph.Node{norm}
 }
 
-// pack turns a batch into the graph inputs: tokens [B, T] and one [B, T] float32 per value.
-func (t *Trainer) pack(b TrainBatch) ([]any, int, error) {
+// validate checks a batch against the trainer's value names.
+func (t *Trainer) validate(b TrainBatch) error {
 	if err := t.p.checkSeqs(b.Tokens); err != nil {
-		return nil, 0, err
+		return err
 	}
 	var errs []error
 	for _, name := range t.values {
@@ -349,47 +397,121 @@ func (t *Trainer) pack(b TrainBatch) ([]any, int, error) {
 		}
 	}
 	if len(errs) > 0 {
-		return nil, 0, fmt.Errorf("agrl: bad training batch: %w", errors.Join(errs...))
+		return fmt.Errorf("agrl: bad training batch: %w", errors.Join(errs...))
 	}
-	tok, tl := t.p.padBatch(b.Tokens)
-	bsz := tok.Shape().Dimensions[0]
-	args := []any{tok, float32(0)}
-	for _, name := range t.values {
-		flat := make([]float32, bsz*tl)
-		for i, row := range b.Values[name] {
-			copy(flat[i*tl:], row)
+	return nil
+}
+
+// shardArgs splits a validated batch into shards and returns each shard's graph inputs:
+// tokens, the per-token values and the whole-batch value sums; and the batch's target count.
+func (t *Trainer) shardArgs(b TrainBatch) ([][]any, int) {
+	sums := make([]float32, len(t.values))
+	for k, name := range t.values {
+		for _, row := range b.Values[name] {
+			for _, v := range row[1:] {
+				sums[k] += v
+			}
 		}
-		args = append(args, tensors.FromFlatDataAndDimensions(flat, bsz, tl))
 	}
 	n := 0
 	for _, s := range b.Tokens {
 		n += len(s) - 1
 	}
-	return args, n, nil
+	shards := min(t.shards, len(b.Tokens))
+	var out [][]any
+	for s := range shards {
+		lo, hi := s*len(b.Tokens)/shards, (s+1)*len(b.Tokens)/shards
+		tok, tl := t.p.padBatch(b.Tokens[lo:hi])
+		bsz := tok.Shape().Dimensions[0]
+		args := []any{tok}
+		for _, name := range t.values {
+			flat := make([]float32, bsz*tl)
+			for i, row := range b.Values[name][lo:hi] {
+				copy(flat[i*tl:], row)
+			}
+			args = append(args, tensors.FromFlatDataAndDimensions(flat, bsz, tl))
+		}
+		for _, v := range sums {
+			args = append(args, v)
+		}
+		out = append(out, args)
+	}
+	return out, n
+}
+
+// runShards calls e on every shard concurrently.
+func runShards(e *model.Exec, shards [][]any) ([][]*tensors.Tensor, error) {
+	outs := make([][]*tensors.Tensor, len(shards))
+	errs := make([]error, len(shards))
+	var wg sync.WaitGroup
+	for i, args := range shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = call(e, args...)
+		}()
+	}
+	wg.Wait()
+	return outs, errors.Join(errs...)
+}
+
+// ensureExecs builds the trainer's executors on first use.
+func (t *Trainer) ensureExecs() error {
+	var err error
+	if t.gradExec == nil {
+		if t.gradExec, err = t.p.newExec("train-grad", t.gradGraph); err != nil {
+			return err
+		}
+	}
+	if t.evalExec == nil {
+		if t.evalExec, err = t.p.newExec("train-eval", t.evalGraph); err != nil {
+			return err
+		}
+	}
+	if t.updExec == nil {
+		if t.updExec, err = t.p.newExec("train-update", t.updateGraph); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Step takes one optimizer step on the batch and reports it.
 func (t *Trainer) Step(b TrainBatch) (StepStats, error) {
 	start := time.Now()
-	args, n, err := t.pack(b)
-	if err != nil {
+	if err := t.validate(b); err != nil {
 		return StepStats{}, err
 	}
+	shards, n := t.shardArgs(b)
 	t.p.mu.Lock()
 	defer t.p.mu.Unlock()
-	if t.exec == nil {
-		if t.exec, err = t.p.newExec("train", t.buildGraph(true)); err != nil {
-			return StepStats{}, err
-		}
+	if err := t.ensureExecs(); err != nil {
+		return StepStats{}, err
 	}
+	outs, err := runShards(t.gradExec, shards)
+	if err != nil {
+		return StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+	}
+	st := t.stats(outs)
 	step := t.steps() + 1
 	lr := t.opt.LearningRate(step)
-	args[1] = float32(lr)
-	out, err := call(t.exec, args...)
-	if err != nil {
-		return StepStats{}, fmt.Errorf("agrl: train step: %w", err)
+	nm := 1 + len(t.metrics)
+	args := []any{float32(lr)}
+	for _, o := range outs {
+		for _, gr := range o[nm:] {
+			args = append(args, gr)
+		}
 	}
-	st := t.stats(out)
+	res, err := call(t.updExec, args...)
+	for _, o := range outs {
+		for _, gr := range o[nm:] {
+			_ = gr.FinalizeAll()
+		}
+	}
+	if err != nil {
+		return StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
+	}
+	st.GradNorm = float64(tensors.MustCopyFlatData[float32](res[0])[0])
 	st.Step, st.LR, st.Tokens, st.Seconds = step, lr, n, time.Since(start).Seconds()
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) {
 		return st, fmt.Errorf("agrl: train step %d: loss %v, grad norm %v", step, st.Loss, st.GradNorm)
@@ -400,37 +522,42 @@ func (t *Trainer) Step(b TrainBatch) (StepStats, error) {
 // Eval computes the loss and metrics on a batch without changing the weights.
 func (t *Trainer) Eval(b TrainBatch) (StepStats, error) {
 	start := time.Now()
-	args, n, err := t.pack(b)
+	if err := t.validate(b); err != nil {
+		return StepStats{}, err
+	}
+	shards, n := t.shardArgs(b)
+	t.p.mu.RLock()
+	defer t.p.mu.RUnlock()
+	t.p.execMu.Lock()
+	err := t.ensureExecs()
+	t.p.execMu.Unlock()
 	if err != nil {
 		return StepStats{}, err
 	}
-	t.p.mu.Lock()
-	defer t.p.mu.Unlock()
-	if t.evalExec == nil {
-		if t.evalExec, err = t.p.newExec("eval", t.buildGraph(false)); err != nil {
-			return StepStats{}, err
-		}
-	}
-	out, err := call(t.evalExec, args...)
+	outs, err := runShards(t.evalExec, shards)
 	if err != nil {
 		return StepStats{}, fmt.Errorf("agrl: eval: %w", err)
 	}
-	st := t.stats(out)
+	st := t.stats(outs)
 	st.Step, st.Tokens, st.Seconds = t.steps(), n, time.Since(start).Seconds()
 	return st, nil
 }
 
-func (t *Trainer) stats(out []*tensors.Tensor) StepStats {
+// stats adds up the shards' losses and metrics.
+func (t *Trainer) stats(outs [][]*tensors.Tensor) StepStats {
 	scalar := func(x *tensors.Tensor) float64 {
 		v := float64(tensors.MustCopyFlatData[float32](x)[0])
 		_ = x.FinalizeAll()
 		return v
 	}
-	st := StepStats{Loss: scalar(out[0]), GradNorm: scalar(out[1])}
+	var st StepStats
 	if len(t.metrics) > 0 {
 		st.Metrics = map[string]float64{}
+	}
+	for _, o := range outs {
+		st.Loss += scalar(o[0])
 		for i, k := range t.metrics {
-			st.Metrics[k] = scalar(out[2+i])
+			st.Metrics[k] += scalar(o[1+i])
 		}
 	}
 	return st
