@@ -26,7 +26,7 @@ var grpoValues = []string{valMask, valAdv, valOldLogp, valRefLogp, valWeight, va
 //
 // where weight holds the mask and the normalisation, so the sum is a token mean, a sequence
 // mean or Dr. GRPO's constant-length mean over the whole optimizer batch. The metrics are
-// means over the masked tokens.
+// means over the masked tokens of the whole batch ("ratio/dev" is the mean |ratio − 1|).
 func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
 	return func(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 		g := in.LogProbs.Graph()
@@ -57,7 +57,9 @@ func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
 		}
 		loss := graph.ReduceAllSum(graph.Mul(tokLoss, in.Values[valWeight]))
 
-		n := graph.Max(graph.ReduceAllSum(mask), c(1))
+		// Means divide by the whole batch's policy tokens: the trainer may split the batch into
+		// shards whose losses and metrics are added up.
+		n := graph.Max(in.Sums[valMask], c(1))
 		mean := func(x *graph.Node) *graph.Node { return graph.Div(graph.ReduceAllSum(graph.Mul(x, mask)), n) }
 		zero := c(0)
 		clipLow := f32(graph.LogicalAnd(graph.LessThan(ratio, c(1-epsLow)), graph.LessThan(adv, zero)))
@@ -68,10 +70,9 @@ func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
 			"clip/low":   mean(clipLow),
 			"clip/high":  mean(clipHigh),
 			"ratio/mean": mean(ratio),
-			"ratio/max":  graph.ReduceAllMax(graph.Mul(ratio, mask)),
+			"ratio/dev":  mean(graph.Abs(graph.Sub(ratio, c(1)))),
 			"approx_kl":  mean(graph.Sub(graph.Sub(ratio, c(1)), logRatio)),
 			"pg_loss":    graph.Div(graph.ReduceAllSum(graph.Mul(graph.Neg(obj), mask)), n),
-			"tokens":     n,
 		}
 	}
 }

@@ -525,7 +525,7 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 	// 6. Log: one line of metrics with stable names.
 	m := t.stepMetrics(eps, rewards, roll)
 	m["step"] = float64(step)
-	for _, k := range []string{"kl", "entropy", "clip/low", "clip/high", "approx_kl", "ratio/mean", "ratio/max", "pg_loss"} {
+	for _, k := range []string{"kl", "entropy", "clip/low", "clip/high", "approx_kl", "ratio/mean", "ratio/dev", "pg_loss"} {
 		m[k] = agg[k]
 	}
 	m["loss"], m["grad_norm"], m["lr"] = loss, gradNorm, lr
