@@ -67,22 +67,28 @@ func (s *Split) UnmarshalText(b []byte) error {
 // SplitOf assigns a prompt of an in-distribution difficulty to exactly one of Train (80%),
 // Dev (10%) and Test (10%) by a hash of the prompt text. Because the split is a function of the
 // prompt, no prompt can ever appear in two splits, whatever the seed or the number of tasks
-// drawn. Extreme prompts belong to OOD.
+// drawn. Extreme prompts belong to OOD, but only those that hash into the test bucket: a
+// prompt text that an environment can pose at several difficulties (a file-search question
+// over trees of different sizes, say) can then never be both an OOD and a train or dev prompt.
+// Other Extreme prompts belong to no split (SplitOf returns 0) and are never drawn.
 func SplitOf(prompt string, d Difficulty) Split {
-	if d == Extreme {
-		return OOD
-	}
 	h := fnv.New64a()
 	h.Write([]byte("agrl-split\x00"))
 	h.Write([]byte(prompt))
-	switch v := h.Sum64() % 10; {
-	case v == 8:
-		return Dev
-	case v == 9:
-		return Test
-	default:
-		return Train
+	bucket := Train
+	switch h.Sum64() % 10 {
+	case 8:
+		bucket = Dev
+	case 9:
+		bucket = Test
 	}
+	if d == Extreme {
+		if bucket == Test {
+			return OOD
+		}
+		return 0
+	}
+	return bucket
 }
 
 // Mix fixes the difficulty proportions of the tasks drawn from an environment and the seed

@@ -54,7 +54,9 @@ func TestMixSplitsAreDisjoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, task := range tasks {
-			if prev, ok := owner[task.Prompt]; ok {
+			// Train, dev and test never share a prompt; OOD may share one with test only (both
+			// are held out), when the env poses the same text at several difficulties.
+			if prev, ok := owner[task.Prompt]; ok && !(prev == Test && split == OOD) {
 				t.Fatalf("prompt %q in %s and %s", task.Prompt, prev, split)
 			}
 			owner[task.Prompt] = split
@@ -78,6 +80,22 @@ func TestMixSplitsAreDisjoint(t *testing.T) {
 		}
 		if sp, ok := owner[task.Prompt]; ok && sp != Train {
 			t.Fatalf("stream drew %s prompt %q", sp, task.Prompt)
+		}
+	}
+}
+
+// TestOODNeverSharesATrainPrompt: a prompt text that can be posed at any difficulty (as in
+// filesearch, whose tree size is not in the question) still never appears in train or dev and
+// in OOD.
+func TestOODNeverSharesATrainPrompt(t *testing.T) {
+	for i := range 5000 {
+		p := fmt.Sprintf("prompt %d", i)
+		in, ood := SplitOf(p, Medium), SplitOf(p, Extreme)
+		if ood == OOD && in != Test {
+			t.Fatalf("%q is OOD and %s", p, in)
+		}
+		if ood != OOD && ood != 0 {
+			t.Fatalf("extreme prompt %q in %s", p, ood)
 		}
 	}
 }
