@@ -48,6 +48,7 @@ type lmJSON struct {
 	Seed      uint64     `json:"seed"`
 	InitStd   float64    `json:"init_std"`
 	Vocab     int        `json:"vocab"`
+	Positions string     `json:"positions,omitempty"`
 	Params    int        `json:"params"`
 	Tokenizer *Tokenizer `json:"tokenizer"`
 }
@@ -55,7 +56,7 @@ type lmJSON struct {
 // MarshalJSON writes the configuration (tokenizer included, backend excluded).
 func (c LM) MarshalJSON() ([]byte, error) {
 	return json.Marshal(lmJSON{Width: c.width, Layers: c.layers, Heads: c.heads, Context: c.context, MLP: c.mlp,
-		Seed: c.seed, InitStd: c.initStd, Vocab: c.Vocab(), Params: c.Params(), Tokenizer: c.tok})
+		Seed: c.seed, InitStd: c.initStd, Vocab: c.Vocab(), Params: c.Params(), Tokenizer: c.tok, Positions: c.positions.String()})
 }
 
 // UnmarshalJSON reads a configuration written by MarshalJSON; the backend is left unset.
@@ -68,7 +69,14 @@ func (c *LM) UnmarshalJSON(b []byte) error {
 		return errors.New("agrl: saved LM has no tokenizer")
 	}
 	*c = LM{tok: j.Tokenizer, width: j.Width, layers: j.Layers, heads: j.Heads, context: j.Context, mlp: j.MLP,
-		seed: j.Seed, initStd: j.InitStd}
+		seed: j.Seed, initStd: j.InitStd, positions: Learned}
+	switch j.Positions {
+	case "rope":
+		c.positions = RoPE
+	case "learned", "": // checkpoints written before RoPE existed used learned positions
+	default:
+		return fmt.Errorf("agrl: saved LM has unknown position encoding %q", j.Positions)
+	}
 	if j.Vocab != 0 && j.Vocab != c.Vocab() {
 		return fmt.Errorf("agrl: saved LM has vocabulary %d, its tokenizer %d", j.Vocab, c.Vocab())
 	}

@@ -418,7 +418,7 @@ func (c LM) describe() map[string]any {
 		vocab = c.Vocab()
 	}
 	return map[string]any{"vocab": vocab, "width": c.width, "layers": c.layers, "heads": c.heads,
-		"context": c.context, "mlp": c.mlp, "backend": c.backend, "seed": c.seed, "params": c.Params()}
+		"context": c.context, "mlp": c.mlp, "positions": c.positions.String(), "backend": c.backend, "seed": c.seed, "params": c.Params()}
 }
 
 // describe returns the SFT settings for config.json.

@@ -17,8 +17,8 @@ import (
 	"github.com/gomlx/gomlx/ml/nn"
 )
 
-// LM configures a policy language model: a pre-LayerNorm decoder-only transformer with learned
-// positions over a byte-level Tokenizer. It is a value: every setter returns a copy, so
+// LM configures a policy language model: a pre-LayerNorm decoder-only transformer with rotary
+// (RoPE) or learned positions over a byte-level Tokenizer. It is a value: every setter returns a copy, so
 // presets and sweeps never alias.
 //
 //	pol, err := agrl.TinyLM().Layers(4).Seed(7).Build()
@@ -31,7 +31,32 @@ type LM struct {
 	seed                               uint64
 	initStd                            float64
 	shards                             int
+	positions                          Positions
 }
+
+// Positions selects how the model encodes token positions.
+type Positions int
+
+const (
+	// RoPE rotates queries and keys by their position (Su et al. 2021, "RoFormer"): attention
+	// then depends on relative offsets, which makes copying text from the context — a tool
+	// call's arguments from the prompt, an answer from an observation — far easier to learn.
+	// The presets use it.
+	RoPE Positions = iota
+	// Learned adds a learned embedding of each absolute position (GPT-2 style).
+	Learned
+)
+
+// String returns "rope" or "learned".
+func (p Positions) String() string {
+	if p == Learned {
+		return "learned"
+	}
+	return "rope"
+}
+
+// ropeBase is θ in RoPE's frequencies θ^(−2i/hd).
+const ropeBase = 10000
 
 // TinyLM is the CPU preset: the ASCII tokenizer (vocabulary 109), width 128, 2 layers, 4
 // heads, a 256-token context and a 512-wide MLP: about 0.45M parameters, trains in minutes on
@@ -45,6 +70,9 @@ func TinyLM() LM {
 func SmallLM() LM {
 	return LM{tok: ASCIITokenizer(), width: 512, layers: 8, heads: 8, context: 1024, mlp: 2048, seed: 1, initStd: 0.02}
 }
+
+// Positions sets the position encoding (RoPE in the presets).
+func (c LM) Positions(p Positions) LM { c.positions = p; return c }
 
 // Tokenizer sets the tokenizer; its VocabSize is the model's vocabulary.
 func (c LM) Tokenizer(t *Tokenizer) LM { c.tok = t; return c }
@@ -96,7 +124,11 @@ func (c LM) ContextLen() int { return c.context }
 func (c LM) Params() int {
 	v, d, m := c.Vocab(), c.width, c.mlp
 	perLayer := 4*d + 4*d*d + 2*d*m
-	return v*d + c.context*d + c.layers*perLayer + 2*d + d*v
+	pos := 0
+	if c.positions == Learned {
+		pos = c.context * d
+	}
+	return v*d + pos + c.layers*perLayer + 2*d + d*v
 }
 
 // FLOPsPerToken estimates the floating-point operations of one forward pass per token at
@@ -126,6 +158,11 @@ func (c LM) Validate() error {
 	}
 	if c.heads > 0 && c.width%c.heads != 0 {
 		errs = append(errs, fmt.Errorf("width %d is not a multiple of heads %d", c.width, c.heads))
+	} else if c.heads > 0 && c.positions == RoPE && (c.width/c.heads)%2 != 0 {
+		errs = append(errs, fmt.Errorf("RoPE needs an even head size; width %d / heads %d is odd", c.width, c.heads))
+	}
+	if c.positions != RoPE && c.positions != Learned {
+		errs = append(errs, fmt.Errorf("unknown position encoding %d", c.positions))
 	}
 	if c.context > 0 && c.context < 8 {
 		errs = append(errs, fmt.Errorf("context %d is shorter than 8 tokens", c.context))
@@ -223,7 +260,10 @@ type weightSpec struct {
 
 func (c LM) weightSpecs() []weightSpec {
 	d, m, v := c.width, c.mlp, c.Vocab()
-	specs := []weightSpec{{"embed", []int{v, d}, "normal"}, {"pos", []int{c.context, d}, "normal"}}
+	specs := []weightSpec{{"embed", []int{v, d}, "normal"}}
+	if c.positions == Learned {
+		specs = append(specs, weightSpec{"pos", []int{c.context, d}, "normal"})
+	}
 	for l := range c.layers {
 		pre := fmt.Sprintf("layer%d/", l)
 		specs = append(specs,
@@ -277,6 +317,7 @@ func (p *Policy) initWeights() error {
 // weights are the model's variables as nodes of one graph.
 type weights struct {
 	embed, pos, lnfG, lnfB, head *graph.Node
+	cos, sin                     *graph.Node // RoPE tables [context, hd]
 	layers                       []layerWeights
 }
 
@@ -301,7 +342,12 @@ func (c LM) graphWeights(store *model.Store, g *graph.Graph) (*weights, error) {
 		}
 		return n
 	}
-	w := &weights{embed: must("embed"), pos: must("pos"), lnfG: must("lnf_g"), lnfB: must("lnf_b"), head: must("head_w")}
+	w := &weights{embed: must("embed"), lnfG: must("lnf_g"), lnfB: must("lnf_b"), head: must("head_w")}
+	if c.positions == Learned {
+		w.pos = must("pos")
+	} else {
+		w.cos, w.sin = c.ropeTables(g)
+	}
 	for l := range c.layers {
 		pre := fmt.Sprintf("layer%d/", l)
 		w.layers = append(w.layers, layerWeights{
@@ -378,8 +424,14 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 	g := tokens.Graph()
 	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
 	hd := c.width / c.heads
-	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))                         // [B, T, d]
-	x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
+	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1)) // [B, T, d]
+	var cos, sin *graph.Node                                 // RoPE rotations [1, T, hd]
+	if c.positions == Learned {
+		x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
+	} else {
+		cos = graph.InsertAxes(graph.Slice(w.cos, graph.AxisRange(0, t)), 0)
+		sin = graph.InsertAxes(graph.Slice(w.sin, graph.AxisRange(0, t)), 0)
+	}
 	// Causal mask as an additive bias [1, T, T]: 0 where key j <= query i, else maskedLogit.
 	bias := make([]float32, t*t)
 	for i := range t {
@@ -392,8 +444,11 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 	for l := range w.layers {
 		lw := &w.layers[l]
 		h := layerNorm(x, lw.ln1G, lw.ln1B)
-		q := graph.Mul(c.project(h, lw.qW), scale)                 // [B·H, T, hd], pre-scaled
-		k, v := c.project(h, lw.kW), c.project(h, lw.vW)           // [B·H, T, hd]
+		q := graph.Mul(c.project(h, lw.qW), scale)       // [B·H, T, hd], pre-scaled
+		k, v := c.project(h, lw.kW), c.project(h, lw.vW) // [B·H, T, hd]
+		if cos != nil {
+			q, k = rope(q, cos, sin), rope(k, cos, sin)
+		}
 		s := graph.Add(graph.Einsum("nqd,nkd->nqk", q, k), causal) // [B·H, T, T]
 		a := graph.Einsum("nqk,nkd->nqd", softmax(s), v)           // [B·H, T, hd]
 		x = graph.Add(x, matmul(c.mergeHeads(a, b), lw.outW))      // [B, T, d]
@@ -440,16 +495,22 @@ func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []
 	hd := c.width / c.heads
 	i32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Int32, dims...) }
 
-	kIota := graph.Iota(g, i32(b, k), 1)                              // [B, K]
-	pos := graph.Add(graph.InsertAxes(start, -1), kIota)              // [B, K] absolute positions
-	valid := graph.LessThan(kIota, graph.InsertAxes(count, -1))       // [B, K]
-	posC := graph.Min(pos, graph.Const(g, int32(cl-1)))               // [B, K] clamped into the cache
-	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))          // [B, K, d]
-	x = graph.Add(x, graph.Gather(w.pos, graph.InsertAxes(posC, -1))) // + pos[posC]
+	kIota := graph.Iota(g, i32(b, k), 1)                        // [B, K]
+	pos := graph.Add(graph.InsertAxes(start, -1), kIota)        // [B, K] absolute positions
+	valid := graph.LessThan(kIota, graph.InsertAxes(count, -1)) // [B, K]
+	posC := graph.Min(pos, graph.Const(g, int32(cl-1)))         // [B, K] clamped into the cache
+	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))    // [B, K, d]
+	if c.positions == Learned {
+		x = graph.Add(x, graph.Gather(w.pos, graph.InsertAxes(posC, -1))) // + pos[posC]
+	}
 	rowMask := graph.Reshape(graph.BroadcastToDims(graph.Reshape(graph.ConvertDType(valid, dtypes.Float32), b, 1, k, 1),
 		b, c.heads, k, 1), bh, k, 1) // [B·H, K, 1]
 	posH := graph.Reshape(graph.BroadcastToDims(graph.Reshape(posC, b, 1, k), b, c.heads, k), bh, k) // [B·H, K]
-	idx := graph.Stack([]*graph.Node{graph.Iota(g, i32(bh, k), 0), posH}, -1)                        // [B·H, K, 2]: (n, pos)
+	var cos, sin *graph.Node                                                                         // RoPE rotations [B·H, K, hd]
+	if c.positions == RoPE {
+		cos, sin = graph.Gather(w.cos, graph.InsertAxes(posH, -1)), graph.Gather(w.sin, graph.InsertAxes(posH, -1))
+	}
+	idx := graph.Stack([]*graph.Node{graph.Iota(g, i32(bh, k), 0), posH}, -1) // [B·H, K, 2]: (n, pos)
 	posQ := graph.Reshape(graph.BroadcastToDims(graph.Reshape(pos, b, 1, k, 1), b, c.heads, k, 1), bh, k, 1)
 	visible := graph.LessOrEqual(graph.Iota(g, i32(bh, k, cl), 2), posQ) // [B·H, K, C]
 	negInf := graph.Const(g, float32(maskedLogit))
@@ -458,8 +519,11 @@ func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []
 	for l := range w.layers {
 		lw := &w.layers[l]
 		h := layerNorm(x, lw.ln1G, lw.ln1B)
-		q := graph.Mul(c.project(h, lw.qW), scale)                                                      // [B·H, K, hd]
-		kc := graph.ScatterSum(caches[2*l], idx, graph.Mul(c.project(h, lw.kW), rowMask), false, false) // [B·H, C, hd]
+		q, kNew := graph.Mul(c.project(h, lw.qW), scale), c.project(h, lw.kW) // [B·H, K, hd]
+		if cos != nil {                                                       // the cache holds rotated keys
+			q, kNew = rope(q, cos, sin), rope(kNew, cos, sin)
+		}
+		kc := graph.ScatterSum(caches[2*l], idx, graph.Mul(kNew, rowMask), false, false) // [B·H, C, hd]
 		vc := graph.ScatterSum(caches[2*l+1], idx, graph.Mul(c.project(h, lw.vW), rowMask), false, false)
 		out[2*l], out[2*l+1] = kc, vc
 		s := graph.Where(visible, graph.Einsum("nqd,nkd->nqk", q, kc), negInf) // [B·H, K, C]
@@ -471,6 +535,33 @@ func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []
 	pick := graph.OneHot(last, k, dtypes.Float32)                                           // [B, K]
 	xLast := graph.Einsum("bk,bkd->bd", pick, x)                                            // [B, d]
 	return c.outputLogProbs(w, xLast, invT), out                                            // [B, V]
+}
+
+// ropeTables returns RoPE's cos and sin tables [context, hd] as constants: column i and
+// i+hd/2 rotate together by angle pos·θ^(−2i/hd).
+func (c LM) ropeTables(g *graph.Graph) (cos, sin *graph.Node) {
+	hd := c.width / c.heads
+	half := hd / 2
+	cs, sn := make([]float32, c.context*hd), make([]float32, c.context*hd)
+	for p := range c.context {
+		for i := range half {
+			a := float64(p) * math.Pow(ropeBase, -2*float64(i)/float64(hd))
+			cs[p*hd+i], cs[p*hd+i+half] = float32(math.Cos(a)), float32(math.Cos(a))
+			sn[p*hd+i], sn[p*hd+i+half] = float32(math.Sin(a)), float32(math.Sin(a))
+		}
+	}
+	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, c.context, hd)),
+		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, c.context, hd))
+}
+
+// rope rotates x [N, T, hd] by position: x·cos + rotate_half(x)·sin, where rotate_half swaps
+// the halves of the last axis and negates the new first half. cos and sin broadcast to x.
+func rope(x, cos, sin *graph.Node) *graph.Node {
+	hd := x.Shape().Dimensions[x.Rank()-1]
+	x1 := graph.Slice(x, graph.AxisRange(), graph.AxisRange(), graph.AxisRange(0, hd/2))
+	x2 := graph.Slice(x, graph.AxisRange(), graph.AxisRange(), graph.AxisRange(hd/2, hd))
+	rot := graph.Concatenate([]*graph.Node{graph.Neg(x2), x1}, -1)
+	return graph.Add(graph.Mul(x, cos), graph.Mul(rot, sin))
 }
 
 // relu is max(x, 0) written as Where(x > 0, x, 0): its backward pass is one Where, where
