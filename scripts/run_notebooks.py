@@ -11,6 +11,7 @@ Environment variables such as AGRL_QUICK are passed through to the kernel.
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import nbformat
@@ -39,8 +40,11 @@ def run(path, timeout, inplace):
                             resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
     start = time.time()
     failed = None
+    # The kernel's own log (GoNB's start-up notes, e.g. that the optional gopls is missing) goes
+    # to a file, shown only when the notebook fails.
+    log = tempfile.TemporaryFile()
     try:
-        client.execute()
+        client.execute(stdout=log, stderr=log)
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
         failed = e
     # nbclient stops at the first failing cell; find it by its error output, or the last executed cell.
@@ -63,6 +67,10 @@ def run(path, timeout, inplace):
                          % (path, bad, time.time() - start, cell.source))
         show_outputs(cell)
         sys.stderr.write("--- error ---\n%s\n" % str(failed)[-3000:])
+        log.seek(0)
+        kernel_log = log.read().decode("utf-8", "replace").strip()
+        if kernel_log:
+            sys.stderr.write("--- kernel log (last 3000 characters) ---\n%s\n" % kernel_log[-3000:])
         return False
     if inplace:
         nbformat.write(nb, path)
