@@ -36,7 +36,8 @@ def show_outputs(cell):
 
 def run(path, timeout, inplace):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="gonb",
+    # No timing metadata: committed notebooks then change only when their outputs do.
+    client = NotebookClient(nb, timeout=timeout, kernel_name="gonb", record_timing=False,
                             resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
     start = time.time()
     failed = None
@@ -73,6 +74,8 @@ def run(path, timeout, inplace):
             sys.stderr.write("--- kernel log (last 3000 characters) ---\n%s\n" % kernel_log[-3000:])
         return False
     if inplace:
+        for cell in nb.cells:
+            cell.metadata.pop("execution", None)
         nbformat.write(nb, path)
     print("ok   %s (%.0fs)" % (path, time.time() - start), flush=True)
     return True
