@@ -34,6 +34,19 @@ def show_outputs(cell):
                 sys.stderr.write(str(text)[:4000] + "\n")
 
 
+def coalesce_streams(cell):
+    """Merges consecutive stdout (or stderr) outputs: GoNB forwards output in chunks as they
+    arrive, so without this the same output splits differently from run to run."""
+    merged = []
+    for out in cell.get("outputs", []):
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] = merged[-1]["text"] + out["text"]
+        else:
+            merged.append(out)
+    cell["outputs"] = merged
+
+
 def run(path, timeout, inplace):
     nb = nbformat.read(path, as_version=4)
     # No timing metadata: committed notebooks then change only when their outputs do.
@@ -76,6 +89,8 @@ def run(path, timeout, inplace):
     if inplace:
         for cell in nb.cells:
             cell.metadata.pop("execution", None)
+            if cell.cell_type == "code":
+                coalesce_streams(cell)
         nbformat.write(nb, path)
     print("ok   %s (%.0fs)" % (path, time.time() - start), flush=True)
     return True
