@@ -2,13 +2,26 @@
 GO       ?= go
 FUZZTIME ?= 60s
 BIN      := bin
+# Notebooks run with Debian's python3 (the first python3 on PATH may lack Jupyter) and with the
+# pinned gonb and goimports that scripts/notebook-deps.sh builds into .tools/bin.
+PYTHON   ?= /usr/bin/python3
+JUPYTER  ?= /usr/bin/jupyter
+TOOLS    := $(CURDIR)/.tools/bin
+NOTEBOOKS = $(sort $(wildcard tutorials/*.ipynb notebooks/*.ipynb))
+# AGRL_QUICK=1 (the default for `make notebooks`) asks training notebooks for short runs; set it
+# empty (`make notebooks AGRL_QUICK=`) to run them in full.
+AGRL_QUICK ?= 1
 
-.PHONY: all test vet fmt-check build demo fuzz clean
+.PHONY: all test go-test vet fmt-check build demo fuzz clean notebook-deps notebooks notebooks-update jupyter
 
 all: build test
 
-## test: formatting and vet checks, then every package's tests (examples and fuzz seed corpora included)
-test: fmt-check vet
+## test: formatting and vet checks, every package's tests (examples and fuzz seed corpora
+## included), then every notebook headlessly in quick mode
+test: go-test notebooks
+
+## go-test: the Go part of test only
+go-test: fmt-check vet
 	$(GO) test -count=1 ./...
 
 vet:
@@ -37,6 +50,25 @@ fuzz:
 	    $(GO) test $$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel 2; \
 	  done; \
 	done
+
+## notebook-deps: Jupyter (Debian packages), GoNB and goimports (pinned, in .tools/bin), the kernel spec; idempotent
+notebook-deps:
+	bash scripts/notebook-deps.sh
+
+## notebooks: execute every notebook in tutorials/ and notebooks/ headlessly; fails on the first failing cell
+notebooks: notebook-deps
+	@if [ -z "$(NOTEBOOKS)" ]; then echo "notebooks: none found"; exit 0; fi
+	env $(if $(AGRL_QUICK),AGRL_QUICK=$(AGRL_QUICK),-u AGRL_QUICK) PATH="$(TOOLS):$$PATH" \
+	  $(PYTHON) scripts/run_notebooks.py $(NOTEBOOKS)
+
+## notebooks-update: re-execute every notebook in full mode and write the outputs back (commit them)
+notebooks-update: notebook-deps
+	env -u AGRL_QUICK PATH="$(TOOLS):$$PATH" $(PYTHON) scripts/run_notebooks.py --inplace $(NOTEBOOKS)
+
+## jupyter: open Jupyter on the repository with the GoNB kernel (start with tutorials/);
+## extra flags in JUPYTER_ARGS, e.g. make jupyter JUPYTER_ARGS="--no-browser --port=8890"
+jupyter: notebook-deps
+	PATH="$(TOOLS):$$PATH" $(JUPYTER) notebook --notebook-dir="$(CURDIR)" $$([ "$$(id -u)" = 0 ] && echo --allow-root) $(JUPYTER_ARGS)
 
 clean:
 	rm -rf $(BIN)

@@ -2,15 +2,17 @@
 # Installs what the notebooks need, idempotently: Jupyter from Debian's packages, the GoNB kernel
 # and goimports built from pinned versions into $TOOLS (default: .tools/bin in the repo), and the
 # GoNB kernel spec. Safe to run again: each step is skipped when its result is already there.
+# GOPLS=1 also builds gopls (autocompletion and docs in Jupyter; about 2.5 min on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GONB_VERSION=v0.11.4
 GOIMPORTS_VERSION=v0.47.0
+GOPLS_VERSION=v0.23.0 # v0.24.0 needs Go 1.27
 TOOLS=${TOOLS:-$PWD/.tools/bin}
 mkdir -p "$TOOLS"
 
 # Debian's system Jupyter (the first python3 on PATH may be a pyenv without Jupyter).
-if ! /usr/bin/python3 -c 'import nbclient, nbconvert, jupyter_client' 2>/dev/null || ! [ -x /usr/bin/jupyter ]; then
+if ! /usr/bin/python3 -c 'import nbclient, nbconvert, nbformat, jupyter_client, notebook' 2>/dev/null || ! [ -x /usr/bin/jupyter ]; then
   echo "notebook-deps: installing Jupyter from Debian's packages"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -qq
@@ -33,6 +35,9 @@ build_tool() { # name module version
 }
 build_tool gonb github.com/janpfeifer/gonb "$GONB_VERSION"
 build_tool goimports golang.org/x/tools/cmd/goimports "$GOIMPORTS_VERSION"
+if [ "${GOPLS:-}" = 1 ]; then
+  build_tool gopls golang.org/x/tools/gopls "$GOPLS_VERSION"
+fi
 
 # The kernel spec points at the gonb binary's absolute path.
 export PATH="$TOOLS:$PATH"

@@ -11,6 +11,7 @@ Environment variables such as AGRL_QUICK are passed through to the kernel.
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import nbformat
@@ -33,14 +34,31 @@ def show_outputs(cell):
                 sys.stderr.write(str(text)[:4000] + "\n")
 
 
+def coalesce_streams(cell):
+    """Merges consecutive stdout (or stderr) outputs: GoNB forwards output in chunks as they
+    arrive, so without this the same output splits differently from run to run."""
+    merged = []
+    for out in cell.get("outputs", []):
+        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
+                and merged[-1].get("name") == out.get("name")):
+            merged[-1]["text"] = merged[-1]["text"] + out["text"]
+        else:
+            merged.append(out)
+    cell["outputs"] = merged
+
+
 def run(path, timeout, inplace):
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="gonb",
+    # No timing metadata: committed notebooks then change only when their outputs do.
+    client = NotebookClient(nb, timeout=timeout, kernel_name="gonb", record_timing=False,
                             resources={"metadata": {"path": os.path.dirname(os.path.abspath(path))}})
     start = time.time()
     failed = None
+    # The kernel's own log (GoNB's start-up notes, e.g. that the optional gopls is missing) goes
+    # to a file, shown only when the notebook fails.
+    log = tempfile.TemporaryFile()
     try:
-        client.execute()
+        client.execute(stdout=log, stderr=log)
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
         failed = e
     # nbclient stops at the first failing cell; find it by its error output, or the last executed cell.
@@ -63,8 +81,16 @@ def run(path, timeout, inplace):
                          % (path, bad, time.time() - start, cell.source))
         show_outputs(cell)
         sys.stderr.write("--- error ---\n%s\n" % str(failed)[-3000:])
+        log.seek(0)
+        kernel_log = log.read().decode("utf-8", "replace").strip()
+        if kernel_log:
+            sys.stderr.write("--- kernel log (last 3000 characters) ---\n%s\n" % kernel_log[-3000:])
         return False
     if inplace:
+        for cell in nb.cells:
+            cell.metadata.pop("execution", None)
+            if cell.cell_type == "code":
+                coalesce_streams(cell)
         nbformat.write(nb, path)
     print("ok   %s (%.0fs)" % (path, time.time() - start), flush=True)
     return True

@@ -5,7 +5,7 @@
 // tested, written to files or embedded in an HTML report:
 //
 //	Curves / CurvesPNG             metrics of one run over training steps
-//	CompareRuns / CompareRunsPNG   one metric of several runs on one plot (sweeps)
+//	CompareRuns / CompareRunsPNG   metrics of several runs, one line per run (sweeps)
 //	Trajectories / TrajectoriesHTML / TrajectoriesText
 //	BeforeAfter / BeforeAfterHTML  the same tasks before and after training, side by side
 //	EvalTable / EvalTableHTML, BeforeAfterTable, SweepTable

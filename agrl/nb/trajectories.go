@@ -208,7 +208,7 @@ func writeRewardsHTML(b *strings.Builder, ep *agrl.Episode) {
 			note = ` <span style="color:#757575">(logged only)</span>`
 		}
 		fmt.Fprintf(b, `<tr><td style="%s">%s%s</td><td style="%s">%s</td><td style="%s">%s</td><td style="%s">%+.3f</td></tr>`,
-			styleCellL, esc(r.Name), note, styleCell, num(r.Value), styleCell, num(r.Weight), styleCell, r.Value*r.Weight)
+			styleCellL, esc(r.Name), note, styleCell, num(r.Value), styleCell, num(r.Weight), styleCell, contribution(r))
 	}
 	fmt.Fprintf(b, `<tr><td style="%s"><b>total</b></td><td style="%s"></td><td style="%s"></td><td style="%s"><b>%+.3f</b></td></tr></table>`,
 		styleCellL, styleCell, styleCell, styleCell, ep.Reward)
@@ -356,7 +356,7 @@ func EpisodeText(ep *agrl.Episode) string {
 	if len(ep.Rewards) > 0 {
 		b.WriteString("   rewards:")
 		for _, r := range ep.Rewards {
-			fmt.Fprintf(&b, " %s %s×%s=%+.3f", clean(r.Name), num(r.Value), num(r.Weight), r.Value*r.Weight)
+			fmt.Fprintf(&b, " %s %s×%s=%+.3f", clean(r.Name), num(r.Value), num(r.Weight), contribution(r))
 		}
 		fmt.Fprintf(&b, "  total %+.3f\n", ep.Reward)
 	}
@@ -420,3 +420,6 @@ func clean(s string) string {
 	}
 	return b.String()
 }
+
+// contribution is a component's share of the reward, without a negative zero ("-0.000").
+func contribution(r agrl.RewardTerm) float64 { return r.Value*r.Weight + 0 }

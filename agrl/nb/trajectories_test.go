@@ -179,6 +179,10 @@ func TestEpisodeText(t *testing.T) {
 			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
+	zero := &agrl.Episode{Rewards: []agrl.RewardTerm{{Name: "cutoff", Value: 0, Weight: -1}}}
+	if strings.Contains(EpisodeText(zero), "-0.000") || strings.Contains(EpisodeHTML(zero), "-0.000") {
+		t.Error("negative zero shown")
+	}
 	if strings.Count(out, "observation [masked out of the loss]") != 2 {
 		t.Error("want two observations")
 	}
