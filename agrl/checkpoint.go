@@ -69,7 +69,7 @@ func (c *LM) UnmarshalJSON(b []byte) error {
 		return errors.New("agrl: saved LM has no tokenizer")
 	}
 	*c = LM{tok: j.Tokenizer, width: j.Width, layers: j.Layers, heads: j.Heads, context: j.Context, mlp: j.MLP,
-		seed: j.Seed, initStd: j.InitStd, positions: Learned}
+		seed: j.Seed, initStd: j.InitStd}
 	switch j.Positions {
 	case "rope":
 		c.positions = RoPE

@@ -38,21 +38,23 @@ type LM struct {
 type Positions int
 
 const (
+	// Learned adds a learned embedding of each absolute position (GPT-2 style). The presets
+	// use it: on the calculator's warm start (copying the expression into the tool call, then
+	// the result into the answer) it reached a higher greedy success than RoPE in the same
+	// steps (48% vs 34% on 64 dev tasks after 600 SFT steps), although RoPE's token accuracy
+	// was higher.
+	Learned Positions = iota
 	// RoPE rotates queries and keys by their position (Su et al. 2021, "RoFormer"): attention
-	// then depends on relative offsets, which makes copying text from the context — a tool
-	// call's arguments from the prompt, an answer from an observation — far easier to learn.
-	// The presets use it.
-	RoPE Positions = iota
-	// Learned adds a learned embedding of each absolute position (GPT-2 style).
-	Learned
+	// then depends only on relative offsets.
+	RoPE
 )
 
-// String returns "rope" or "learned".
+// String returns "learned" or "rope".
 func (p Positions) String() string {
-	if p == Learned {
-		return "learned"
+	if p == RoPE {
+		return "rope"
 	}
-	return "rope"
+	return "learned"
 }
 
 // ropeBase is θ in RoPE's frequencies θ^(−2i/hd).
@@ -71,7 +73,7 @@ func SmallLM() LM {
 	return LM{tok: ASCIITokenizer(), width: 512, layers: 8, heads: 8, context: 1024, mlp: 2048, seed: 1, initStd: 0.02}
 }
 
-// Positions sets the position encoding (RoPE in the presets).
+// Positions sets the position encoding (Learned in the presets).
 func (c LM) Positions(p Positions) LM { c.positions = p; return c }
 
 // Tokenizer sets the tokenizer; its VocabSize is the model's vocabulary.

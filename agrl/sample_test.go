@@ -7,7 +7,12 @@ import (
 )
 
 func TestSamplerScorerAgreement(t *testing.T) {
-	p := testLM().MustBuild()
+	for _, pos := range []Positions{Learned, RoPE} {
+		t.Run(pos.String(), func(t *testing.T) { testSamplerScorerAgreement(t, testLM().Positions(pos).MustBuild()) })
+	}
+}
+
+func testSamplerScorerAgreement(t *testing.T, p *Policy) {
 	tok := p.Tokenizer()
 	prompts := [][]int32{
 		append([]int32{BOS}, tok.Encode("What is 12+30?")...),
