@@ -43,8 +43,8 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.steps, "steps", 150, "GRPO steps")
 	fs.IntVar(&f.group, "group", 8, "episodes per task (G)")
 	fs.IntVar(&f.tasks, "tasks", 4, "tasks per step")
-	fs.IntVar(&f.sftSteps, "sft-steps", 300, "warm-start SFT steps (0: no warm start)")
-	fs.IntVar(&f.demos, "demos", 512, "warm-start demonstration episodes")
+	fs.IntVar(&f.sftSteps, "sft-steps", 800, "warm-start SFT steps (0: no warm start)")
+	fs.IntVar(&f.demos, "demos", 4096, "warm-start demonstration episodes")
 	fs.Float64Var(&f.guessFrac, "guess-frac", 0.5, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
 	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
@@ -176,7 +176,9 @@ type progress struct {
 	w     io.Writer
 	total int
 	tty   bool
-	start time.Time
+	// first is the first step seen and when it started: the ETA ignores the warm start.
+	first      int
+	firstStart time.Time
 }
 
 func newProgress(w io.Writer, total int) *progress {
@@ -186,7 +188,7 @@ func newProgress(w io.Writer, total int) *progress {
 			tty = st.Mode()&os.ModeCharDevice != 0
 		}
 	}
-	return &progress{w: w, total: total, tty: tty, start: time.Now()}
+	return &progress{w: w, total: total, tty: tty}
 }
 
 func (p *progress) update(m agrl.Metrics) {
@@ -194,8 +196,11 @@ func (p *progress) update(m agrl.Metrics) {
 	const width = 24
 	done := width * step / max(p.total, 1)
 	bar := strings.Repeat("=", done) + strings.Repeat(" ", width-done)
-	el := time.Since(p.start)
-	eta := time.Duration(float64(el) / float64(step) * float64(p.total-step))
+	if p.first == 0 {
+		p.first, p.firstStart = step, time.Now().Add(-time.Duration(m["time/step_seconds"]*float64(time.Second)))
+	}
+	perStep := time.Since(p.firstStart) / time.Duration(step-p.first+1)
+	eta := perStep * time.Duration(p.total-step)
 	line := fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s",
 		step, p.total, bar, m["reward/mean"], m["success"], m["tool_call_rate"], m["kl"], m["time/step_seconds"], eta.Round(time.Second))
 	switch {
