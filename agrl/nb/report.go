@@ -42,11 +42,11 @@ func ReportHTML(run *agrl.Run) (string, error) {
 		}
 	}
 	if len(metrics) > 0 {
-		png, err := CurvesPNG(run, metrics...)
+		png, err := NewChart().Smooth(5).PNG([]*agrl.Run{run}, metrics...)
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "<h2>Training curves</h2>\n<img alt=\"training curves\" src=\"data:image/png;base64,%s\">\n", base64.StdEncoding.EncodeToString(png))
+		fmt.Fprintf(&b, "<h2>Training curves</h2>\n<p>moving average over 5 steps</p>\n<img alt=\"training curves\" src=\"data:image/png;base64,%s\">\n", base64.StdEncoding.EncodeToString(png))
 	}
 	if len(run.Evals) > 0 {
 		b.WriteString("<h2>Evaluations</h2>\n")

@@ -49,7 +49,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "episode token budget (0: the model's context)")
-	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 48, "tokens per action (0: no cap)")
+	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 80, "tokens per action (0: no cap)")
 	fs.Float64Var(&f.lr, "lr", 3e-4, "learning rate")
 	fs.Float64Var(&f.kl, "kl", 0.01, "KL coefficient β to the reference policy (0: none)")
 	fs.Float64Var(&f.clip, "clip", 0.2, "clip ε (both sides)")
