@@ -7,7 +7,7 @@ import (
 
 // testLM is the small configuration the tests use: fast to compile and run on two cores.
 func testLM() LM {
-	return TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("go:ops_sequential")
+	return TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("") // AGRL_BACKEND, else go:ops_sequential
 }
 
 func TestLMValidate(t *testing.T) {

@@ -3,6 +3,7 @@ package agrl
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,10 +116,11 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 			return nil, st, err
 		}
 	}
+	var generated atomic.Int64 // Run calls back concurrently for different shards
 	err = d.Run(func(i int, c Completion) ([]int32, bool) {
 		l := loops[i]
 		ep := l.ep
-		st.Generated += len(c.Tokens)
+		generated.Add(int64(len(c.Tokens)))
 		ep.Tokens = append(ep.Tokens, c.Tokens...)
 		ep.LogProbs = append(ep.LogProbs, c.LogProbs...)
 		for range c.Tokens {
@@ -152,6 +154,7 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 		eps[i] = l.ep
 	}
 	st.Episodes, st.Steps, st.Tokens, st.Seconds = len(eps), d.Steps, d.Fed, time.Since(start).Seconds()
+	st.Generated = int(generated.Load())
 	return eps, st, nil
 }
 
