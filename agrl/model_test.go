@@ -2,7 +2,9 @@ package agrl
 
 import (
 	"math"
+	"strings"
 	"testing"
+	"time"
 )
 
 // testLM is the small configuration the tests use: fast to compile and run on two cores.
@@ -80,5 +82,16 @@ func TestScoreShapes(t *testing.T) {
 	}
 	if _, err := p.Score([][]int32{{BOS, 9999}}, 1); err == nil {
 		t.Error("out-of-vocabulary token accepted")
+	}
+}
+
+func TestWatchdog(t *testing.T) {
+	p := testLM().MustBuild()
+	old := ExecTimeout
+	ExecTimeout = time.Nanosecond
+	defer func() { ExecTimeout = old }()
+	_, err := p.Score([][]int32{{BOS, 20, 21, 22}}, 1)
+	if err == nil || !strings.Contains(err.Error(), "watchdog") {
+		t.Errorf("a call past the watchdog returned %v", err)
 	}
 }

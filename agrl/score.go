@@ -3,6 +3,7 @@ package agrl
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -57,14 +58,41 @@ func (p *Policy) newExec(name string, fn func(scope *model.Scope, inputs []*grap
 	return e, nil
 }
 
-// call runs an executor, turning panics into errors.
-func call(e *model.Exec, args ...any) (out []*tensors.Tensor, err error) {
-	err = catch(func() error {
-		var err error
-		out, err = e.Exec(args...)
-		return err
-	})
-	return out, err
+// ExecTimeout is the watchdog on every graph execution: a call that runs longer returns an
+// error instead of hanging the program (the go backend's parallel modes were seen to hang
+// inside large matmuls on 2-core machines). The stuck execution is abandoned. 0 disables it.
+var ExecTimeout = 10 * time.Minute
+
+// call runs an executor under the watchdog, turning panics into errors.
+func call(e *model.Exec, args ...any) ([]*tensors.Tensor, error) {
+	type result struct {
+		out []*tensors.Tensor
+		err error
+	}
+	run := func() result {
+		var r result
+		r.err = catch(func() error {
+			var err error
+			r.out, err = e.Exec(args...)
+			return err
+		})
+		return r
+	}
+	if ExecTimeout <= 0 {
+		r := run()
+		return r.out, r.err
+	}
+	ch := make(chan result, 1)
+	go func() { ch <- run() }()
+	timer := time.NewTimer(ExecTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.out, r.err
+	case <-timer.C:
+		return nil, fmt.Errorf("agrl: graph execution of %s took longer than %v (watchdog, ExecTimeout); "+
+			"if the backend runs ops in parallel, try %s", e.Name(), ExecTimeout, DefaultBackend)
+	}
 }
 
 // mustWeights fetches the weights into g or panics (inside graph building, where GoMLX turns
