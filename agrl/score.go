@@ -152,24 +152,40 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	defer p.mu.RUnlock()
 	out := make([]TokenScores, len(seqs))
 	invT := invTemperature(temperature)
+	// Chunks of scoreChunk sequences, each split into shards scored concurrently.
+	var chunks [][2]int
 	for lo := 0; lo < len(seqs); lo += scoreChunk {
 		hi := min(lo+scoreChunk, len(seqs))
-		tok, _ := p.padBatch(seqs[lo:hi])
-		res, err := call(p.scoreExec, tok, invT)
+		shards := max(1, min(p.shards(), (hi-lo)/minShardBatch))
+		for k := range shards {
+			chunks = append(chunks, [2]int{lo + k*(hi-lo)/shards, lo + (k+1)*(hi-lo)/shards})
+		}
+	}
+	for c := 0; c < len(chunks); c += p.shards() {
+		group := chunks[c:min(c+p.shards(), len(chunks))]
+		args := make([][]any, len(group))
+		for k, ch := range group {
+			tok, _ := p.padBatch(seqs[ch[0]:ch[1]])
+			args[k] = []any{tok, invT}
+		}
+		results, err := runShards(p.scoreExec, args)
 		if err != nil {
 			return nil, fmt.Errorf("agrl: Score: %w", err)
 		}
-		logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
-		tm1 := res[0].Shape().Dimensions[1]
-		for i, s := range seqs[lo:hi] {
-			n := len(s) - 1
-			out[lo+i] = TokenScores{
-				LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
-				Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
+		for k, res := range results {
+			logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
+			tm1 := res[0].Shape().Dimensions[1]
+			lo, hi := group[k][0], group[k][1]
+			for i, s := range seqs[lo:hi] {
+				n := len(s) - 1
+				out[lo+i] = TokenScores{
+					LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
+					Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
+				}
 			}
-		}
-		for _, r := range res {
-			r.FinalizeAll()
+			for _, r := range res {
+				_ = r.FinalizeAll()
+			}
 		}
 	}
 	return out, nil
