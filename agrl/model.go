@@ -158,9 +158,10 @@ type Policy struct {
 	// mu guards the weights: inference holds it shared, training and saving exclusively.
 	mu sync.RWMutex
 	// execMu guards the lazily built executors.
-	execMu    sync.Mutex
-	scoreExec *model.Exec
-	stepExec  *model.Exec
+	execMu      sync.Mutex
+	scoreExec   *model.Exec
+	stepExec    *model.Exec
+	compactExec *model.Exec
 }
 
 // Build validates the configuration, starts the backend and initialises the weights

@@ -119,10 +119,10 @@ type Decoder struct {
 	Steps, Fed int
 }
 
-// decPart is one shard of a Decoder: sequences [lo, hi) and their KV cache.
+// decPart is one shard of a Decoder: the sequences in its cache rows and the KV cache.
 type decPart struct {
-	lo, hi     int
-	b, c       int // padded batch, cache length
+	rows       []int // rows[r] is the sequence whose keys and values are in cache row r
+	b, c       int   // padded batch, cache length
 	caches     []*tensors.Tensor
 	steps, fed int
 }
@@ -156,8 +156,11 @@ func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
 	shards := max(1, min(p.shards(), n/minShardBatch))
 	hd := p.cfg.width / p.cfg.heads
 	for k := range shards {
-		part := &decPart{lo: k * n / shards, hi: (k + 1) * n / shards, c: bucketLen(capacity, p.cfg.context)}
-		part.b = bucketBatch(part.hi - part.lo)
+		part := &decPart{c: bucketLen(capacity, p.cfg.context)}
+		for i := k * n / shards; i < (k+1)*n/shards; i++ {
+			part.rows = append(part.rows, i)
+		}
+		part.b = bucketBatch(len(part.rows))
 		for range 2 * p.cfg.layers {
 			part.caches = append(part.caches, tensors.FromShape(shapes.Make(dtypes.Float32, part.b*p.cfg.heads, part.c, hd)))
 		}
@@ -228,11 +231,14 @@ func (d *Decoder) Run(next NextFunc) error {
 func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 	for {
 		maxPend := 0
-		for i := part.lo; i < part.hi; i++ {
+		for _, i := range part.rows {
 			maxPend = max(maxPend, len(d.seqs[i].pending))
 		}
 		if maxPend == 0 {
 			return nil
+		}
+		if err := d.compact(part); err != nil {
+			return err
 		}
 		k := chunkBuckets[len(chunkBuckets)-1]
 		for _, c := range chunkBuckets {
@@ -246,9 +252,8 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 			return err
 		}
 		v := d.p.cfg.Vocab()
-		for i := part.lo; i < part.hi; i++ {
+		for r, i := range part.rows {
 			sq := &d.seqs[i]
-			r := i - part.lo
 			if counts[r] == 0 || len(sq.pending) > 0 || !sq.generating {
 				continue
 			}
@@ -285,6 +290,74 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 	}
 }
 
+// compact shrinks a shard's batch when at most half of its padded rows still hold a sequence
+// that reads or writes: the KV-cache rows of the live sequences are gathered into a smaller
+// cache, so finished episodes stop costing compute (rollouts end at different lengths).
+func (d *Decoder) compact(part *decPart) error {
+	var live []int
+	for r, i := range part.rows {
+		if len(d.seqs[i].pending) > 0 {
+			live = append(live, r)
+		}
+	}
+	nb := bucketBatch(len(live))
+	if nb >= part.b || part.b < 2*minShardBatch {
+		return nil
+	}
+	p := d.p
+	h := p.cfg.heads
+	idx := make([]int32, nb*h)
+	for k := range idx { // padding rows copy row 0's cache (never read)
+		idx[k] = int32(k % h)
+	}
+	rows := make([]int, len(live))
+	for k, r := range live {
+		rows[k] = part.rows[r]
+		for j := range h {
+			idx[k*h+j] = int32(r*h + j)
+		}
+	}
+	exec, err := p.compactExecutor()
+	if err != nil {
+		return err
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(idx, nb*h, 1)}
+	for _, c := range part.caches {
+		don, err := graph.DonateTensorBuffer(c, p.backend, 0)
+		if err != nil {
+			return fmt.Errorf("agrl: Decoder: %w", err)
+		}
+		args = append(args, don)
+	}
+	part.caches = nil
+	out, err := call(exec, args...)
+	if err != nil {
+		return fmt.Errorf("agrl: Decoder compaction: %w", err)
+	}
+	part.caches, part.rows, part.b = out, rows, nb
+	return nil
+}
+
+// compactExecutor returns the executor that gathers KV-cache rows, building it once.
+func (p *Policy) compactExecutor() (*model.Exec, error) {
+	p.execMu.Lock()
+	defer p.execMu.Unlock()
+	if p.compactExec == nil {
+		e, err := p.newExec("compact", func(_ *model.Scope, in []*graph.Node) []*graph.Node {
+			out := make([]*graph.Node, len(in)-1)
+			for i, c := range in[1:] {
+				out[i] = graph.Gather(c, in[0]) // [B'·H, C, hd]
+			}
+			return out
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.compactExec = e
+	}
+	return p.compactExec, nil
+}
+
 // stepExecutor returns the policy's incremental-decoding executor, building it once.
 func (p *Policy) stepExecutor() (*model.Exec, error) {
 	p.execMu.Lock()
@@ -305,16 +378,15 @@ func (p *Policy) stepExecutor() (*model.Exec, error) {
 }
 
 // step reads up to k pending tokens of every sequence of a shard and returns how many each
-// read, and the next-token log-probs [(hi-lo)·V] after them.
+// read, and the next-token log-probs [len(rows)·V] after them.
 func (d *Decoder) step(part *decPart, k int) ([]int, []float32, error) {
 	p := d.p
 	tok := make([]int32, part.b*k)
 	start := make([]int32, part.b)
 	count := make([]int32, part.b)
-	counts := make([]int, part.hi-part.lo)
-	for i := part.lo; i < part.hi; i++ {
+	counts := make([]int, len(part.rows))
+	for r, i := range part.rows {
 		sq := &d.seqs[i]
-		r := i - part.lo
 		n := min(len(sq.pending), k)
 		copy(tok[r*k:], sq.pending[:n])
 		start[r], count[r], counts[r] = int32(sq.fed), int32(n), n
@@ -342,9 +414,9 @@ func (d *Decoder) step(part *decPart, k int) ([]int, []float32, error) {
 	part.caches = out[1:]
 	logp := tensors.MustCopyFlatData[float32](out[0])
 	_ = out[0].FinalizeAll()
-	for i := part.lo; i < part.hi; i++ {
+	for r, i := range part.rows {
 		sq := &d.seqs[i]
-		n := counts[i-part.lo]
+		n := counts[r]
 		sq.fed += n
 		sq.pending = sq.pending[n:]
 		part.fed += n
