@@ -168,3 +168,33 @@ func benchTrain(b *testing.B, cfg LM, batch, seqLen int) {
 	tokens := b.N * batch * (seqLen - 1)
 	reportThroughput(b, p, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen), cpuTime()-cpu0)
 }
+
+// BenchmarkRollout plays 64 episodes of the toy add environment with the untrained Tiny model
+// (actions capped at 24 tokens, a 128-token budget): sampling, parsing, environment steps and
+// observations appended to the KV cache, with finished episodes compacted away. It reports
+// generated (policy) tokens per second and tokens read into the cache per second.
+func BenchmarkRollout(b *testing.B) {
+	p := benchLM().MustBuild()
+	env := addEnv{maxTurns: 4}
+	tasks, err := NewMix(5).Tasks(env, Train, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt := RolloutOptions{Sampling: Sampling{Temperature: 1, MaxActionTokens: 24}, MaxTokens: 128}
+	if _, _, err := p.Rollout(env, tasks, opt); err != nil { // compile
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	gen, read := 0, 0
+	for i := 0; i < b.N; i++ {
+		opt.Sampling.Seed = uint64(i + 1)
+		_, st, err := p.Rollout(env, tasks, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gen += st.Generated
+		read += st.Tokens
+	}
+	b.ReportMetric(float64(gen)/b.Elapsed().Seconds(), "gen-tokens/s")
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "tokens/s")
+}

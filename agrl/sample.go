@@ -240,14 +240,7 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 		if err := d.compact(part); err != nil {
 			return err
 		}
-		k := chunkBuckets[len(chunkBuckets)-1]
-		for _, c := range chunkBuckets {
-			if c >= maxPend {
-				k = c
-				break
-			}
-		}
-		counts, logp, err := d.step(part, k)
+		counts, logp, err := d.step(part, d.chunk(part))
 		if err != nil {
 			return err
 		}
@@ -356,6 +349,30 @@ func (p *Policy) compactExecutor() (*model.Exec, error) {
 		p.compactExec = e
 	}
 	return p.compactExec, nil
+}
+
+// stepOverhead is the fixed cost of one decoding step, in tokens per row: a step that reads K
+// tokens per row costs about rows·(K + stepOverhead).
+const stepOverhead = 2
+
+// chunk picks the chunk width K for the next step of a shard: the bucket that reads the most
+// pending tokens per unit of cost. Every row pays for K, so one sequence reading a long
+// observation must not make all the others run a 64-wide step: it then reads its tokens a few
+// per step while the others keep writing theirs. Prompts, read by all rows at once, get wide
+// chunks.
+func (d *Decoder) chunk(part *decPart) int {
+	best, bestRate := 1, -1.0
+	for _, k := range chunkBuckets {
+		useful := 0
+		for _, i := range part.rows {
+			useful += min(len(d.seqs[i].pending), k)
+		}
+		rate := float64(useful) / float64(len(part.rows)*(k+stepOverhead))
+		if rate > bestRate {
+			best, bestRate = k, rate
+		}
+	}
+	return best
 }
 
 // stepExecutor returns the policy's incremental-decoding executor, building it once.
