@@ -162,6 +162,7 @@ type Policy struct {
 	scoreExec   *model.Exec
 	stepExec    *model.Exec
 	compactExec *model.Exec
+	growExec    *model.Exec
 }
 
 // Build validates the configuration, starts the backend and initialises the weights

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -154,16 +155,12 @@ func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
 	}
 	d := &Decoder{p: p, s: s, capacity: capacity, seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
 	shards := max(1, min(p.shards(), n/minShardBatch))
-	hd := p.cfg.width / p.cfg.heads
 	for k := range shards {
-		part := &decPart{c: bucketLen(capacity, p.cfg.context)}
+		part := &decPart{}
 		for i := k * n / shards; i < (k+1)*n/shards; i++ {
 			part.rows = append(part.rows, i)
 		}
 		part.b = bucketBatch(len(part.rows))
-		for range 2 * p.cfg.layers {
-			part.caches = append(part.caches, tensors.FromShape(shapes.Make(dtypes.Float32, part.b*p.cfg.heads, part.c, hd)))
-		}
 		d.parts = append(d.parts, part)
 	}
 	for i := range d.seqs {
@@ -240,7 +237,11 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 		if err := d.compact(part); err != nil {
 			return err
 		}
-		counts, logp, err := d.step(part, d.chunk(part))
+		k := d.chunk(part)
+		if err := d.grow(part, k); err != nil {
+			return err
+		}
+		counts, logp, err := d.step(part, k)
 		if err != nil {
 			return err
 		}
@@ -283,6 +284,77 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 	}
 }
 
+// cacheMargin is how many tokens past the longest sequence a shard's KV cache is sized for
+// when it is (re)allocated.
+const cacheMargin = 16
+
+// grow makes sure the shard's KV cache holds the positions the next step writes (chunk k).
+// Attention reads the whole cache every step, so the cache starts short — the longest prompt
+// plus a margin, rounded up to a length bucket — and is padded to a longer bucket when a
+// sequence reaches its end, up to the Decoder's capacity.
+func (d *Decoder) grow(part *decPart, k int) error {
+	need := 0
+	for _, i := range part.rows {
+		sq := &d.seqs[i]
+		need = max(need, sq.fed+min(len(sq.pending), k))
+	}
+	maxC := bucketLen(d.capacity, d.p.cfg.context)
+	if part.caches != nil && need <= part.c {
+		return nil
+	}
+	c := bucketLen(min(need+cacheMargin, maxC), d.p.cfg.context)
+	p := d.p
+	hd := p.cfg.width / p.cfg.heads
+	if part.caches == nil {
+		part.c = c
+		for range 2 * p.cfg.layers {
+			part.caches = append(part.caches, tensors.FromShape(shapes.Make(dtypes.Float32, part.b*p.cfg.heads, c, hd)))
+		}
+		return nil
+	}
+	exec, err := p.growExecutor()
+	if err != nil {
+		return err
+	}
+	args := []any{tensors.FromShape(shapes.Make(dtypes.Int32, c))} // its shape names the new length
+	for _, cache := range part.caches {
+		don, err := graph.DonateTensorBuffer(cache, p.backend, 0)
+		if err != nil {
+			return fmt.Errorf("agrl: Decoder: %w", err)
+		}
+		args = append(args, don)
+	}
+	part.caches = nil
+	out, err := call(exec, args...)
+	if err != nil {
+		return fmt.Errorf("agrl: Decoder cache growth: %w", err)
+	}
+	part.caches, part.c = out, c
+	return nil
+}
+
+// growExecutor returns the executor that pads KV caches to a longer length, building it once.
+func (p *Policy) growExecutor() (*model.Exec, error) {
+	p.execMu.Lock()
+	defer p.execMu.Unlock()
+	if p.growExec == nil {
+		e, err := p.newExec("grow", func(_ *model.Scope, in []*graph.Node) []*graph.Node {
+			c := in[0].Shape().Dimensions[0]
+			out := make([]*graph.Node, len(in)-1)
+			for i, cache := range in[1:] { // [B·H, C, hd] -> [B·H, c, hd], zeros after C
+				zero := graph.ScalarZero(cache.Graph(), cache.DType())
+				out[i] = graph.Pad(cache, zero, compute.PadAxis{}, compute.PadAxis{End: c - cache.Shape().Dimensions[1]}, compute.PadAxis{})
+			}
+			return out
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.growExec = e
+	}
+	return p.growExec, nil
+}
+
 // compact shrinks a shard's batch when at most half of its padded rows still hold a sequence
 // that reads or writes: the KV-cache rows of the live sequences are gathered into a smaller
 // cache, so finished episodes stop costing compute (rollouts end at different lengths).
@@ -299,6 +371,14 @@ func (d *Decoder) compact(part *decPart) error {
 	}
 	p := d.p
 	h := p.cfg.heads
+	rowsLive := make([]int, len(live))
+	for k, r := range live {
+		rowsLive[k] = part.rows[r]
+	}
+	if part.caches == nil { // nothing cached yet (sequences never started)
+		part.rows, part.b = rowsLive, nb
+		return nil
+	}
 	idx := make([]int32, nb*h)
 	for k := range idx { // padding rows copy row 0's cache (never read)
 		idx[k] = int32(k % h)

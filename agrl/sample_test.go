@@ -188,3 +188,25 @@ func TestDecoderCompaction(t *testing.T) {
 		t.Error("no tokens sampled after the compaction")
 	}
 }
+
+func TestDecoderUnstartedSequences(t *testing.T) {
+	p := testLM().Shards(1).MustBuild()
+	d, err := p.NewDecoder(16, 32, Sampling{Seed: 1, MaxActionTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, i := range []int{3, 11} { // 14 of 16 never start
+		if err := d.Start(i, []int32{BOS, 20, 21}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[int]int{}
+	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+		got[i] = len(c.Tokens)
+		return nil, false
+	})
+	if err != nil || len(got) != 2 || got[3] == 0 || got[11] == 0 {
+		t.Errorf("Run: %v, completions %v", err, got)
+	}
+}
