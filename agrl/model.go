@@ -345,15 +345,24 @@ func layerNormGrad(x, g, b *graph.Node) *graph.Node {
 	xc := graph.Sub(x, mean)
 	r := graph.Rsqrt(graph.AddScalar(graph.ReduceAndKeep(graph.Square(xc), graph.ReduceMean, -1), lnEps))
 	xhat := graph.StopGradient(graph.Mul(xc, r))
-	gE, bE := graph.ExpandLeftToRank(g, rank), graph.ExpandLeftToRank(b, rank)
+	gE := graph.ExpandLeftToRank(g, rank)
 	dx := graph.IdentityWithCustomGradient(x, func(_, v *graph.Node) *graph.Node {
 		dxhat := graph.Mul(v, gE)
 		m1 := graph.ReduceAndKeep(dxhat, graph.ReduceMean, -1)
 		m2 := graph.ReduceAndKeep(graph.Mul(dxhat, xhat), graph.ReduceMean, -1)
 		return graph.Mul(graph.Sub(graph.Sub(dxhat, m1), graph.Mul(xhat, m2)), r)
 	})
-	// The gain and bias get their gradients through these terms: Σ v·x̂ and Σ v.
-	return graph.Add(graph.Add(dx, graph.Mul(xhat, gE)), bE)
+	// The gain and bias get their gradients Σ v·x̂ and Σ v through these terms. They are
+	// broadcast over the rows by a product with a column of ones, so that the sums over rows
+	// in their gradients are matrix products (the backend's reductions over leading axes are
+	// slow); the products' values are never computed.
+	dims := x.Shape().Dimensions
+	d := dims[rank-1]
+	ones := graph.Ones(x.Graph(), shapes.Make(x.DType(), x.Shape().Size()/d, 1)) // [N, 1]
+	rows := func(p *graph.Node) *graph.Node {                                    // [d] -> [..., d]
+		return graph.Reshape(graph.DotGeneral(ones, []int{1}, nil, graph.Reshape(p, 1, d), []int{0}, nil), dims...)
+	}
+	return graph.Add(graph.Add(dx, graph.Mul(xhat, rows(g))), rows(b))
 }
 
 // matmul multiplies the last axis of x [..., in] by w [in, out] (no bias: like LLaMA, the
