@@ -213,6 +213,11 @@ func (d *Decoder) Run(next NextFunc) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer func() { // a panicking callback must not take the process down from a goroutine
+				if r := recover(); r != nil {
+					errs[k] = fmt.Errorf("agrl: Decoder.Run: panic: %v", r)
+				}
+			}()
 			errs[k] = d.runPart(part, next)
 		}()
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -208,5 +209,25 @@ func TestDecoderUnstartedSequences(t *testing.T) {
 	})
 	if err != nil || len(got) != 2 || got[3] == 0 || got[11] == 0 {
 		t.Errorf("Run: %v, completions %v", err, got)
+	}
+}
+
+func TestDecoderCallbackPanic(t *testing.T) {
+	p := testLM().MustBuild()
+	_, err := p.Complete([][]int32{{BOS, 20}}, 2, Sampling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := p.NewDecoder(1, 16, Sampling{MaxActionTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Start(0, []int32{BOS, 20}); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(func(int, Completion) ([]int32, bool) { panic("boom") })
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("panicking callback: %v", err)
 	}
 }
