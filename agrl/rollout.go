@@ -179,3 +179,50 @@ func (p *Policy) PolicyAgent(s Sampling, maxActionTokens int) Agent {
 		return p.tok.Decode(out[0].Tokens), nil
 	})
 }
+
+// EpisodeBatch turns rollout episodes into a TrainBatch on their exact token ids (never
+// re-tokenised): "mask" is Episode.LossMask (1 on sampled tokens), "old_logp" the log-probs
+// recorded at sampling, and each entry of perEpisode (for example "adv", one advantage per
+// episode) is broadcast to every token of its episode. Episodes without tokens (text-level
+// ones) are an error; use EncodeEpisode for those.
+func EpisodeBatch(eps []*Episode, perEpisode map[string][]float64) (TrainBatch, error) {
+	b := TrainBatch{Values: map[string][][]float32{"mask": nil, "old_logp": nil}}
+	var errs []error
+	for name, vals := range perEpisode {
+		if name == "mask" || name == "old_logp" {
+			errs = append(errs, fmt.Errorf("per-episode value %q would replace the per-token one", name))
+		}
+		if len(vals) != len(eps) {
+			errs = append(errs, fmt.Errorf("per-episode value %q has %d entries for %d episodes", name, len(vals), len(eps)))
+		}
+		b.Values[name] = nil
+	}
+	for i, ep := range eps {
+		n := len(ep.Tokens)
+		if n < 2 || len(ep.LossMask) != n || len(ep.LogProbs) != n {
+			errs = append(errs, fmt.Errorf("episode %d (%s): %d tokens, %d mask, %d log-probs", i, ep.Task.ID, n, len(ep.LossMask), len(ep.LogProbs)))
+			continue
+		}
+		mask := make([]float32, n)
+		for j, m := range ep.LossMask {
+			mask[j] = float32(m)
+		}
+		b.Tokens = append(b.Tokens, ep.Tokens)
+		b.Values["mask"] = append(b.Values["mask"], mask)
+		b.Values["old_logp"] = append(b.Values["old_logp"], ep.LogProbs)
+		for name, vals := range perEpisode {
+			if len(vals) != len(eps) {
+				continue
+			}
+			row := make([]float32, n)
+			for j := range row {
+				row[j] = float32(vals[i])
+			}
+			b.Values[name] = append(b.Values[name], row)
+		}
+	}
+	if len(errs) > 0 {
+		return TrainBatch{}, fmt.Errorf("agrl: EpisodeBatch: %w", errors.Join(errs...))
+	}
+	return b, nil
+}
