@@ -441,7 +441,7 @@ func (c LM) mergeHeads(a *graph.Node, b int) *graph.Node {
 // final hidden states [B, T, d]. Attention is causal.
 func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 	g := tokens.Graph()
-	b, t := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
+	t := tokens.Shape().Dimensions[1]
 	hd := c.width / c.heads
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))                         // [B, T, d]
 	x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
@@ -454,14 +454,30 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 	}
 	causal := graph.Const(g, tensors.FromFlatDataAndDimensions(bias, 1, t, t))
 	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
+	// Heads are computed one at a time from column blocks of the projections (and row blocks
+	// of the output projection), so that every tensor stays [B, T, ·]: splitting and merging
+	// the heads of a [B, T, d] projection are transposes, which the go backend copies element
+	// by element (13% of a training step); per-head matmuls measured 1.6-2× faster.
+	all := graph.AxisRange()
 	for l := range w.layers {
 		lw := &w.layers[l]
 		h := layerNorm(x, lw.ln1G, lw.ln1B)
-		q := graph.Mul(c.project(h, lw.qW), scale)                 // [B·H, T, hd], pre-scaled
-		k, v := c.project(h, lw.kW), c.project(h, lw.vW)           // [B·H, T, hd]
-		s := graph.Add(graph.Einsum("nqd,nkd->nqk", q, k), causal) // [B·H, T, T]
-		a := graph.Einsum("nqk,nkd->nqd", softmax(s), v)           // [B·H, T, hd]
-		x = graph.Add(x, matmul(c.mergeHeads(a, b), lw.outW))      // [B, T, d]
+		var att *graph.Node
+		for hh := range c.heads {
+			cols := graph.AxisRange(hh*hd, (hh+1)*hd)
+			q := graph.Mul(matmul(h, graph.Slice(lw.qW, all, cols)), scale) // [B, T, hd], pre-scaled
+			k := matmul(h, graph.Slice(lw.kW, all, cols))                   // [B, T, hd]
+			v := matmul(h, graph.Slice(lw.vW, all, cols))                   // [B, T, hd]
+			sc := graph.Add(graph.Einsum("bqd,bkd->bqk", q, k), causal)     // [B, T, T]
+			a := graph.Einsum("bqk,bkd->bqd", softmax(sc), v)               // [B, T, hd]
+			o := matmul(a, graph.Slice(lw.outW, cols, all))                 // [B, T, d]
+			if att == nil {
+				att = o
+			} else {
+				att = graph.Add(att, o)
+			}
+		}
+		x = graph.Add(x, att) // [B, T, d]
 		x = mlpBlock(lw, x)
 	}
 	return x
