@@ -107,7 +107,8 @@ var chunkBuckets = []int{1, 4, 16, 64}
 // sequences of a shard advance together, one graph call per step, each reading its own pending
 // tokens or writing its next one; the shards (see LM.Shards) run concurrently.
 //
-// A Decoder is not safe for concurrent use; it holds the policy (shared) only during each step.
+// A Decoder is not safe for concurrent use (Start, Run and Close are called by one goroutine);
+// it holds the policy (shared) only during each step, so training may run between steps.
 type Decoder struct {
 	p        *Policy
 	s        Sampling
@@ -142,7 +143,8 @@ type decSeq struct {
 const minShardBatch = 4
 
 // NewDecoder prepares a batch of n sequences of at most capacity tokens each (capacity at most
-// the model's context). The KV cache is sized to capacity rounded up to a length bucket.
+// the model's context). Each shard's KV cache starts at its longest prompt plus a margin and
+// grows by length bucket up to capacity; finished sequences are compacted away.
 func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
