@@ -115,8 +115,8 @@ func ParseBackend(config string) (BackendConfig, error) {
 			case !slices.Contains(goBackendOptions, key):
 				errs = append(errs, fmt.Errorf("unknown option %q (want %s)", key, strings.Join(goBackendOptions, ", ")))
 			case key == "parallelism":
-				if n, err := strconv.Atoi(val); !hasVal || err != nil || n < 1 {
-					errs = append(errs, fmt.Errorf("parallelism=%q: want a positive integer", val))
+				if n, err := strconv.Atoi(val); !hasVal || err != nil || n < 0 {
+					errs = append(errs, fmt.Errorf("parallelism=%q: want an integer >= 0 (0: every op on the calling goroutine)", val))
 				}
 			case hasVal:
 				errs = append(errs, fmt.Errorf("option %q takes no value", key))

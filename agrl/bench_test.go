@@ -3,6 +3,7 @@ package agrl
 import (
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,24 +46,59 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-func reportThroughput(b *testing.B, tokens int, flops float64, cpu time.Duration) {
+func reportThroughput(b *testing.B, p *Policy, tokens int, flops float64, cpu time.Duration) {
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(tokens)/sec, "tokens/s")
 	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
-	b.ReportMetric(flops/sec/1e9/cpuPeakGFLOPs*100, "%peak")
+	if p.Backend().String() == "go" { // the peak is this CPU's
+		b.ReportMetric(flops/sec/1e9/cpuPeakGFLOPs*100, "%peak")
+	}
 }
 
 // BenchmarkSample samples 64 new tokens for each of 64 sequences after a 16-token prompt,
 // with the KV cache.
-func BenchmarkSample(b *testing.B) {
-	const batch, promptLen, newTokens = 64, 16, 64
-	p := benchLM().MustBuild()
+func BenchmarkSample(b *testing.B) { benchSample(b, benchLM(), 64, 16, 64) }
+
+// BenchmarkTrain takes AdamW steps on batches of 32 sequences of 128 tokens (SFT loss on every
+// token).
+func BenchmarkTrain(b *testing.B) { benchTrain(b, benchLM(), 32, 128) }
+
+// BenchmarkSampleSmall and BenchmarkTrainSmall run the GPU preset (SmallLM: width 512, 8
+// layers, context 1024) on an XLA backend; they skip on the go backend, where they would take
+// minutes.
+func BenchmarkSampleSmall(b *testing.B) {
+	skipUnlessXLA(b)
+	benchSample(b, SmallLM().Backend(""), 256, 64, 256)
+}
+
+// BenchmarkTrainSmall: see BenchmarkSampleSmall.
+func BenchmarkTrainSmall(b *testing.B) {
+	skipUnlessXLA(b)
+	benchTrain(b, SmallLM().Backend(""), 32, 512)
+}
+
+func skipUnlessXLA(b *testing.B) {
+	c, err := ParseBackend("")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if !c.IsXLA() {
+		b.Skipf("GPU preset: set AGRL_BACKEND=xla:cuda (backend is %s)", c)
+	}
+}
+
+func benchSample(b *testing.B, cfg LM, batch, promptLen, newTokens int) {
+	p, err := cfg.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	vocab := int32(p.Config().Vocab())
 	prompts := make([][]int32, batch)
 	for i := range prompts {
 		prompts[i] = []int32{BOS}
 		for j := 1; j < promptLen; j++ {
-			prompts[i] = append(prompts[i], int32(20+(i+j)%40))
+			prompts[i] = append(prompts[i], 20+int32((i+j)%int(vocab-20)))
 		}
 	}
 	run := func(seed uint64) {
@@ -76,8 +112,11 @@ func BenchmarkSample(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		var mu sync.Mutex
 		got := make([]int, batch)
 		err = d.Run(func(i int, c Completion) ([]int32, bool) {
+			mu.Lock()
+			defer mu.Unlock()
 			got[i] += len(c.Tokens)
 			return nil, got[i] < newTokens && d.Room(i) > 1
 		})
@@ -91,26 +130,26 @@ func BenchmarkSample(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		run(uint64(i + 1))
 	}
-	cfg := p.Config()
 	// Average visible context while generating: prompt + half the new tokens.
-	flops := float64(b.N*batch*newTokens) * cfg.FLOPsPerToken(2*(promptLen+newTokens/2))
-	reportThroughput(b, b.N*batch*newTokens, flops, cpuTime()-cpu0)
+	flops := float64(b.N*batch*newTokens) * p.Config().FLOPsPerToken(2*(promptLen+newTokens/2))
+	reportThroughput(b, p, b.N*batch*newTokens, flops, cpuTime()-cpu0)
 }
 
-// BenchmarkTrain takes AdamW steps on batches of 32 sequences of 128 tokens (SFT loss on every
-// token).
-func BenchmarkTrain(b *testing.B) {
-	const batch, seqLen = 32, 128
-	p := benchLM().MustBuild()
+func benchTrain(b *testing.B, cfg LM, batch, seqLen int) {
+	p, err := cfg.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
 	tr, err := p.NewTrainer("bench", SFTLoss, []string{"mask"}, NewAdamW(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
+	vocab := p.Config().Vocab()
 	tb := TrainBatch{Values: map[string][][]float32{"mask": nil}}
 	for i := 0; i < batch; i++ {
 		seq, mask := []int32{BOS}, []float32{0}
 		for j := 1; j < seqLen; j++ {
-			seq = append(seq, int32(12+(i*7+j*3)%52))
+			seq = append(seq, int32(12+(i*7+j*3)%(vocab-12)))
 			mask = append(mask, 1)
 		}
 		tb.Tokens = append(tb.Tokens, seq)
@@ -127,5 +166,35 @@ func BenchmarkTrain(b *testing.B) {
 		}
 	}
 	tokens := b.N * batch * (seqLen - 1)
-	reportThroughput(b, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen), cpuTime()-cpu0)
+	reportThroughput(b, p, tokens, 3*float64(tokens)*p.Config().FLOPsPerToken(seqLen), cpuTime()-cpu0)
+}
+
+// BenchmarkRollout plays 64 episodes of the toy add environment with the untrained Tiny model
+// (actions capped at 24 tokens, a 128-token budget): sampling, parsing, environment steps and
+// observations appended to the KV cache, with finished episodes compacted away. It reports
+// generated (policy) tokens per second and tokens read into the cache per second.
+func BenchmarkRollout(b *testing.B) {
+	p := benchLM().MustBuild()
+	env := addEnv{maxTurns: 4}
+	tasks, err := NewMix(5).Tasks(env, Train, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	opt := RolloutOptions{Sampling: Sampling{Temperature: 1, MaxActionTokens: 24}, MaxTokens: 128}
+	if _, _, err := p.Rollout(env, tasks, opt); err != nil { // compile
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	gen, read := 0, 0
+	for i := 0; i < b.N; i++ {
+		opt.Sampling.Seed = uint64(i + 1)
+		_, st, err := p.Rollout(env, tasks, opt)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gen += st.Generated
+		read += st.Tokens
+	}
+	b.ReportMetric(float64(gen)/b.Elapsed().Seconds(), "gen-tokens/s")
+	b.ReportMetric(float64(read)/b.Elapsed().Seconds(), "tokens/s")
 }

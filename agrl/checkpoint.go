@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/ml/model"
 	"github.com/gomlx/gomlx/ml/model/checkpoint"
 )
@@ -406,4 +407,37 @@ func checkWeightsSaved(ckdir string, cfg LM) error {
 		}
 	}
 	return nil
+}
+
+// Clone returns a new policy with the same configuration and a copy of the current weights
+// (no optimizer state): the frozen reference model of a KL penalty, or a snapshot to compare
+// against. It runs on the same backend.
+func (p *Policy) Clone() (*Policy, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	q, err := p.cfg.Build()
+	if err != nil {
+		return nil, err
+	}
+	err = catch(func() error {
+		for _, w := range p.cfg.weightSpecs() {
+			path := model.JoinPath(lmScope, w.name)
+			val, err := p.store.GetVariable(path).Value()
+			if err != nil {
+				return err
+			}
+			data, err := tensors.CopyFlatData[float32](val)
+			if err != nil {
+				return err
+			}
+			if err := q.store.GetVariable(path).SetValue(tensors.FromFlatDataAndDimensions(data, w.dims...)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agrl: Clone: %w", err)
+	}
+	return q, nil
 }

@@ -232,3 +232,28 @@ func childSaveLoop(dir string) {
 		}
 	}
 }
+
+func TestClone(t *testing.T) {
+	p := testLM().Seed(12).MustBuild()
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW().LR(1e-2), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := sftBatch(t, p.Tokenizer(), 4)
+	if _, err := tr.Step(batch); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := p.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(weightsOf(t, p), weightsOf(t, ref)); d != 0 {
+		t.Fatalf("clone differs by %g", d)
+	}
+	if _, err := tr.Step(batch); err != nil {
+		t.Fatal(err)
+	}
+	if d := maxDiff(weightsOf(t, p), weightsOf(t, ref)); d == 0 {
+		t.Error("training the policy changed its clone")
+	}
+}

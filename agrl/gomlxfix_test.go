@@ -7,6 +7,7 @@ import (
 
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/nn"
 )
 
 func randTensor(rng *rand.Rand, dims ...int) *tensors.Tensor {
@@ -91,4 +92,40 @@ func TestSoftmaxAndReluGradients(t *testing.T) {
 		return graph.Add(graph.Softmax(x, -1), graph.Max(y, graph.ZerosLike(y)))
 	}
 	closeAll(t, "softmax+relu", gradients(t, mine, a, b, w), gradients(t, ref, a, b, w))
+}
+
+func TestLayerNormAndDenseReluGradients(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	x, w := randTensor(rng, 2, 3, 8), randTensor(rng, 8, 5)
+	backend := MustNewBackend(DefaultBackend)
+	run := func(mine bool) [][]float32 {
+		e, err := graph.NewExec(backend, func(x, w *graph.Node) []*graph.Node {
+			g := graph.Slice(w, graph.AxisRange(), graph.AxisElem(0))  // [8] gain from w
+			bb := graph.Slice(w, graph.AxisRange(), graph.AxisElem(1)) // [8] bias from w
+			g, bb = graph.Reshape(g, 8), graph.Reshape(bb, 8)
+			var y *graph.Node
+			if mine {
+				y = denseRelu(layerNorm(x, g, bb), w)
+			} else {
+				h := nn.LayerNorm(x, []int{-1}, lnEps, g, bb, nil)
+				y = graph.Max(graph.Einsum("btd,dm->btm", h, w), graph.ScalarZero(x.Graph(), x.DType()))
+			}
+			c := graph.Const(x.Graph(), randTensor(rand.New(rand.NewPCG(7, 8)), 2, 3, 5))
+			loss := graph.ReduceAllSum(graph.Mul(c, y))
+			return append([]*graph.Node{y}, graph.Gradient(loss, x, w)...)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := e.Call(x, w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res [][]float32
+		for _, o := range out {
+			res = append(res, tensors.MustCopyFlatData[float32](o))
+		}
+		return res
+	}
+	closeAll(t, "layernorm+dense-relu", run(true), run(false))
 }

@@ -1,13 +1,16 @@
 package agrl
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"testing"
+	"time"
 )
 
 // testLM is the small configuration the tests use: fast to compile and run on two cores.
 func testLM() LM {
-	return TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("go:ops_sequential")
+	return TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("") // AGRL_BACKEND, else go:ops_sequential
 }
 
 func TestLMValidate(t *testing.T) {
@@ -81,4 +84,58 @@ func TestScoreShapes(t *testing.T) {
 	if _, err := p.Score([][]int32{{BOS, 9999}}, 1); err == nil {
 		t.Error("out-of-vocabulary token accepted")
 	}
+}
+
+func TestWatchdog(t *testing.T) {
+	p := testLM().MustBuild()
+	old := ExecTimeout
+	ExecTimeout = time.Nanosecond
+	defer func() { ExecTimeout = old }()
+	_, err := p.Score([][]int32{{BOS, 20, 21, 22}}, 1)
+	if err == nil || !strings.Contains(err.Error(), "watchdog") {
+		t.Errorf("a call past the watchdog returned %v", err)
+	}
+}
+
+func TestScoreShardsAgree(t *testing.T) {
+	var seqs [][]int32
+	for i := range 21 {
+		s := []int32{BOS}
+		for j := range 5 + i%13 {
+			s = append(s, int32(12+(i*5+j*7)%90))
+		}
+		seqs = append(seqs, s)
+	}
+	one, err := testLM().Shards(1).MustBuild().Score(seqs, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	two, err := testLM().Shards(2).MustBuild().Score(seqs, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range seqs {
+		for j := range one[i].LogProbs {
+			if d := math.Abs(float64(one[i].LogProbs[j] - two[i].LogProbs[j])); d > 1e-5 {
+				t.Fatalf("sequence %d position %d: %v vs %v", i, j, one[i].LogProbs[j], two[i].LogProbs[j])
+			}
+		}
+	}
+}
+
+func ExampleTinyLM() {
+	pol, err := TinyLM().Seed(1).Build()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	tok := pol.Tokenizer()
+	prompt := tok.AppendEncode([]int32{BOS}, "What is 2+3?")
+	out, err := pol.Complete([][]int32{prompt}, 8, EvalSampling(42))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(pol.Config().Vocab(), pol.Config().Params(), len(out[0].Tokens), len(out[0].LogProbs))
+	// Output: 109 455168 8 8
 }

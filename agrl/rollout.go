@@ -3,6 +3,7 @@ package agrl
 import (
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 )
 
@@ -115,10 +116,11 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 			return nil, st, err
 		}
 	}
+	var generated atomic.Int64 // Run calls back concurrently for different shards
 	err = d.Run(func(i int, c Completion) ([]int32, bool) {
 		l := loops[i]
 		ep := l.ep
-		st.Generated += len(c.Tokens)
+		generated.Add(int64(len(c.Tokens)))
 		ep.Tokens = append(ep.Tokens, c.Tokens...)
 		ep.LogProbs = append(ep.LogProbs, c.LogProbs...)
 		for range c.Tokens {
@@ -152,6 +154,7 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 		eps[i] = l.ep
 	}
 	st.Episodes, st.Steps, st.Tokens, st.Seconds = len(eps), d.Steps, d.Fed, time.Since(start).Seconds()
+	st.Generated = int(generated.Load())
 	return eps, st, nil
 }
 
@@ -175,4 +178,51 @@ func (p *Policy) PolicyAgent(s Sampling, maxActionTokens int) Agent {
 		}
 		return p.tok.Decode(out[0].Tokens), nil
 	})
+}
+
+// EpisodeBatch turns rollout episodes into a TrainBatch on their exact token ids (never
+// re-tokenised): "mask" is Episode.LossMask (1 on sampled tokens), "old_logp" the log-probs
+// recorded at sampling, and each entry of perEpisode (for example "adv", one advantage per
+// episode) is broadcast to every token of its episode. Episodes without tokens (text-level
+// ones) are an error; use EncodeEpisode for those.
+func EpisodeBatch(eps []*Episode, perEpisode map[string][]float64) (TrainBatch, error) {
+	b := TrainBatch{Values: map[string][][]float32{"mask": nil, "old_logp": nil}}
+	var errs []error
+	for name, vals := range perEpisode {
+		if name == "mask" || name == "old_logp" {
+			errs = append(errs, fmt.Errorf("per-episode value %q would replace the per-token one", name))
+		}
+		if len(vals) != len(eps) {
+			errs = append(errs, fmt.Errorf("per-episode value %q has %d entries for %d episodes", name, len(vals), len(eps)))
+		}
+		b.Values[name] = nil
+	}
+	for i, ep := range eps {
+		n := len(ep.Tokens)
+		if n < 2 || len(ep.LossMask) != n || len(ep.LogProbs) != n {
+			errs = append(errs, fmt.Errorf("episode %d (%s): %d tokens, %d mask, %d log-probs", i, ep.Task.ID, n, len(ep.LossMask), len(ep.LogProbs)))
+			continue
+		}
+		mask := make([]float32, n)
+		for j, m := range ep.LossMask {
+			mask[j] = float32(m)
+		}
+		b.Tokens = append(b.Tokens, ep.Tokens)
+		b.Values["mask"] = append(b.Values["mask"], mask)
+		b.Values["old_logp"] = append(b.Values["old_logp"], ep.LogProbs)
+		for name, vals := range perEpisode {
+			if len(vals) != len(eps) {
+				continue
+			}
+			row := make([]float32, n)
+			for j := range row {
+				row[j] = float32(vals[i])
+			}
+			b.Values[name] = append(b.Values[name], row)
+		}
+	}
+	if len(errs) > 0 {
+		return TrainBatch{}, fmt.Errorf("agrl: EpisodeBatch: %w", errors.Join(errs...))
+	}
+	return b, nil
 }

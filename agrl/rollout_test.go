@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/gomlx/gomlx/core/graph"
 )
 
 func TestPlayRefactorUnchanged(t *testing.T) {
@@ -128,5 +130,52 @@ func TestRolloutUntrained(t *testing.T) {
 		if !slices.Equal(eps[i].Tokens, again[i].Tokens) {
 			t.Errorf("episode %d differs between identical rollouts", i)
 		}
+	}
+}
+
+// TestEpisodeBatchRatioIsOne trains on rollout episodes through EpisodeBatch: before any update
+// the log-probs the trainer computes equal those recorded at sampling (DESIGN rule 3: the
+// importance ratio is exactly 1 at the first minibatch).
+func TestEpisodeBatchRatioIsOne(t *testing.T) {
+	p := testLM().MustBuild()
+	tasks, err := NewMix(4).Tasks(addEnv{}, Train, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	temp := 0.8
+	eps, _, err := p.Rollout(addEnv{}, tasks, RolloutOptions{Sampling: Sampling{Temperature: temp, Seed: 9, MaxActionTokens: 10}, MaxTokens: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := []float64{1, -1, 0.5, -0.5, 0, 2}
+	b, err := EpisodeBatch(eps, map[string][]float64{"adv": adv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ratio = exp(logp - old_logp) on policy tokens; report its largest deviation from 1.
+	ratioLoss := func(in LossInputs) (*graph.Node, map[string]*graph.Node) {
+		mask := graph.Mul(in.Values["mask"], in.Valid)
+		dev := graph.Abs(graph.Sub(graph.Exp(graph.Sub(in.LogProbs, in.Values["old_logp"])), graph.Const(mask.Graph(), float32(1))))
+		worst := graph.ReduceAllMax(graph.Mul(dev, mask))
+		n := graph.Max(in.Sums["mask"], graph.Const(mask.Graph(), float32(1)))
+		loss := graph.Div(graph.Neg(graph.ReduceAllSum(graph.Mul(graph.Mul(mask, in.Values["adv"]), in.LogProbs))), n)
+		return loss, map[string]*graph.Node{"max_ratio_dev": worst}
+	}
+	tr, err := p.NewTrainer("pg", ratioLoss, []string{"mask", "old_logp", "adv"}, NewAdamW(), temp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.Eval(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev := st.Metrics["max_ratio_dev"]; dev > 1e-4 {
+		t.Errorf("importance ratio deviates from 1 by %g before any update", dev)
+	}
+	if _, err := EpisodeBatch([]*Episode{{}}, nil); err == nil {
+		t.Error("an episode without tokens was accepted")
+	}
+	if _, err := EpisodeBatch(eps, map[string][]float64{"adv": {1}}); err == nil {
+		t.Error("a short per-episode value was accepted")
 	}
 }

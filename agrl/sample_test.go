@@ -1,8 +1,10 @@
 package agrl
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -122,5 +124,115 @@ func TestSamplerDeterminism(t *testing.T) {
 				t.Errorf("sampled banned token %d", id)
 			}
 		}
+	}
+}
+
+// TestDecoderCompaction stops half of the sequences early: the decoder then gathers the live
+// KV-cache rows into a smaller batch, and what it samples afterwards still agrees with the
+// scorer.
+func TestDecoderCompaction(t *testing.T) {
+	p := testLM().Shards(1).MustBuild()
+	tok := p.Tokenizer()
+	const n = 16
+	d, err := p.NewDecoder(n, 64, Sampling{Temperature: 1, Seed: 2, MaxActionTokens: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	seqs := make([][]int32, n)
+	lps := make([][]float32, n)
+	for i := range n {
+		seqs[i] = append([]int32{BOS}, tok.Encode(fmt.Sprintf("task %d", i))...)
+		lps[i] = make([]float32, len(seqs[i]))
+		for j := range lps[i] {
+			lps[i][j] = float32(math.NaN())
+		}
+		if err := d.Start(i, seqs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	turns := make([]int, n)
+	obs := tok.Encode("<obs>ok</obs>")
+	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+		seqs[i] = append(seqs[i], c.Tokens...)
+		lps[i] = append(lps[i], c.LogProbs...)
+		turns[i]++
+		if i%4 != 0 || turns[i] == 4 { // 12 of 16 stop after one action
+			return nil, false
+		}
+		seqs[i] = append(seqs[i], obs...)
+		for range obs {
+			lps[i] = append(lps[i], float32(math.NaN()))
+		}
+		return obs, true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := d.parts[0].b; b > 4 {
+		t.Errorf("batch still %d after 12 of 16 sequences stopped", b)
+	}
+	sc, err := p.Score(seqs, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4 := 0
+	for i := range seqs {
+		for j := 1; j < len(seqs[i]); j++ {
+			if math.IsNaN(float64(lps[i][j])) {
+				continue
+			}
+			if i%4 == 0 && j > 20 {
+				n4++
+			}
+			if d := math.Abs(float64(lps[i][j] - sc[i].LogProbs[j-1])); d > 1e-4 {
+				t.Fatalf("sequence %d token %d: sampled log-prob %v, scored %v", i, j, lps[i][j], sc[i].LogProbs[j-1])
+			}
+		}
+	}
+	if n4 == 0 {
+		t.Error("no tokens sampled after the compaction")
+	}
+}
+
+func TestDecoderUnstartedSequences(t *testing.T) {
+	p := testLM().Shards(1).MustBuild()
+	d, err := p.NewDecoder(16, 32, Sampling{Seed: 1, MaxActionTokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, i := range []int{3, 11} { // 14 of 16 never start
+		if err := d.Start(i, []int32{BOS, 20, 21}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[int]int{}
+	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+		got[i] = len(c.Tokens)
+		return nil, false
+	})
+	if err != nil || len(got) != 2 || got[3] == 0 || got[11] == 0 {
+		t.Errorf("Run: %v, completions %v", err, got)
+	}
+}
+
+func TestDecoderCallbackPanic(t *testing.T) {
+	p := testLM().MustBuild()
+	_, err := p.Complete([][]int32{{BOS, 20}}, 2, Sampling{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := p.NewDecoder(1, 16, Sampling{MaxActionTokens: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Start(0, []int32{BOS, 20}); err != nil {
+		t.Fatal(err)
+	}
+	err = d.Run(func(int, Completion) ([]int32, bool) { panic("boom") })
+	if err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Errorf("panicking callback: %v", err)
 	}
 }

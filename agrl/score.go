@@ -3,6 +3,7 @@ package agrl
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -57,14 +58,41 @@ func (p *Policy) newExec(name string, fn func(scope *model.Scope, inputs []*grap
 	return e, nil
 }
 
-// call runs an executor, turning panics into errors.
-func call(e *model.Exec, args ...any) (out []*tensors.Tensor, err error) {
-	err = catch(func() error {
-		var err error
-		out, err = e.Exec(args...)
-		return err
-	})
-	return out, err
+// ExecTimeout is the watchdog on every graph execution: a call that runs longer returns an
+// error instead of hanging the program (the go backend's parallel modes were seen to hang
+// inside large matmuls on 2-core machines). The stuck execution is abandoned. 0 disables it.
+var ExecTimeout = 10 * time.Minute
+
+// call runs an executor under the watchdog, turning panics into errors.
+func call(e *model.Exec, args ...any) ([]*tensors.Tensor, error) {
+	type result struct {
+		out []*tensors.Tensor
+		err error
+	}
+	run := func() result {
+		var r result
+		r.err = catch(func() error {
+			var err error
+			r.out, err = e.Exec(args...)
+			return err
+		})
+		return r
+	}
+	if ExecTimeout <= 0 {
+		r := run()
+		return r.out, r.err
+	}
+	ch := make(chan result, 1)
+	go func() { ch <- run() }()
+	timer := time.NewTimer(ExecTimeout)
+	defer timer.Stop()
+	select {
+	case r := <-ch:
+		return r.out, r.err
+	case <-timer.C:
+		return nil, fmt.Errorf("agrl: graph execution of %s took longer than %v (watchdog, ExecTimeout); "+
+			"if the backend runs ops in parallel, try %s", e.Name(), ExecTimeout, DefaultBackend)
+	}
 }
 
 // mustWeights fetches the weights into g or panics (inside graph building, where GoMLX turns
@@ -124,24 +152,40 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	defer p.mu.RUnlock()
 	out := make([]TokenScores, len(seqs))
 	invT := invTemperature(temperature)
+	// Chunks of scoreChunk sequences, each split into shards scored concurrently.
+	var chunks [][2]int
 	for lo := 0; lo < len(seqs); lo += scoreChunk {
 		hi := min(lo+scoreChunk, len(seqs))
-		tok, _ := p.padBatch(seqs[lo:hi])
-		res, err := call(p.scoreExec, tok, invT)
+		shards := max(1, min(p.shards(), (hi-lo)/minShardBatch))
+		for k := range shards {
+			chunks = append(chunks, [2]int{lo + k*(hi-lo)/shards, lo + (k+1)*(hi-lo)/shards})
+		}
+	}
+	for c := 0; c < len(chunks); c += p.shards() {
+		group := chunks[c:min(c+p.shards(), len(chunks))]
+		args := make([][]any, len(group))
+		for k, ch := range group {
+			tok, _ := p.padBatch(seqs[ch[0]:ch[1]])
+			args[k] = []any{tok, invT}
+		}
+		results, err := runShards(p.scoreExec, args)
 		if err != nil {
 			return nil, fmt.Errorf("agrl: Score: %w", err)
 		}
-		logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
-		tm1 := res[0].Shape().Dimensions[1]
-		for i, s := range seqs[lo:hi] {
-			n := len(s) - 1
-			out[lo+i] = TokenScores{
-				LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
-				Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
+		for k, res := range results {
+			logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
+			tm1 := res[0].Shape().Dimensions[1]
+			lo, hi := group[k][0], group[k][1]
+			for i, s := range seqs[lo:hi] {
+				n := len(s) - 1
+				out[lo+i] = TokenScores{
+					LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
+					Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
+				}
 			}
-		}
-		for _, r := range res {
-			r.FinalizeAll()
+			for _, r := range res {
+				_ = r.FinalizeAll()
+			}
 		}
 	}
 	return out, nil

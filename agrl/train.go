@@ -143,6 +143,8 @@ type Trainer struct {
 	evalExec *model.Exec // loss and metrics of one shard
 	updExec  *model.Exec // AdamW update from the shards' gradients
 	metrics  []string    // metric names in output order (fixed at the first build)
+
+	metricsOnce sync.Once
 }
 
 // StepStats reports one optimizer step.
@@ -278,9 +280,7 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	if t.metrics == nil {
-		t.metrics = names
-	}
+	t.metricsOnce.Do(func() { t.metrics = names }) // shards may build graphs concurrently
 	for _, k := range t.metrics {
 		m, ok := ms[k]
 		if !ok || !m.Shape().IsScalar() {

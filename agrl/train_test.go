@@ -149,3 +149,42 @@ func TestShardedStepMatchesUnsharded(t *testing.T) {
 		}
 	}
 }
+
+// TestUnfusedPath runs the graphs as on XLA, which has none of the go backend's fused ops
+// (GOMLX_FUSION=false makes GoMLX decompose them): the model then uses GoMLX's LayerNorm,
+// softmax and ReLU, and must compute the same loss, update and log-probs.
+func TestUnfusedPath(t *testing.T) {
+	step := func() (map[string][]float32, float64, []TokenScores) {
+		p := testLM().Seed(21).MustBuild()
+		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW().LR(1e-3), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := sftBatch(t, p.Tokenizer(), 5)
+		st, err := tr.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := p.Score(b.Tokens, 0.8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return weightsOf(t, p), st.Loss, sc
+	}
+	w1, l1, s1 := step()
+	t.Setenv("GOMLX_FUSION", "false")
+	w2, l2, s2 := step()
+	if math.Abs(l1-l2) > 1e-4 {
+		t.Errorf("loss fused %v, unfused %v", l1, l2)
+	}
+	if d := maxDiff(w1, w2); d > 1e-4 {
+		t.Errorf("updates differ by %g", d)
+	}
+	for i := range s1 {
+		for j := range s1[i].LogProbs {
+			if d := math.Abs(float64(s1[i].LogProbs[j] - s2[i].LogProbs[j])); d > 1e-4 {
+				t.Fatalf("log-probs differ by %g", d)
+			}
+		}
+	}
+}
