@@ -12,7 +12,7 @@ NOTEBOOKS = $(sort $(wildcard tutorials/*.ipynb notebooks/*.ipynb))
 # empty (`make notebooks AGRL_QUICK=`) to run them in full.
 AGRL_QUICK ?= 1
 
-.PHONY: all test go-test vet fmt-check build demo fuzz clean notebook-deps notebooks notebooks-update jupyter
+.PHONY: all test go-test vet fmt-check build train demo bench gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
 
 all: build test
 
@@ -35,7 +35,21 @@ fmt-check:
 build:
 	$(GO) build -o $(BIN)/agrl ./agrl/cmd/agrl
 
-## demo: the main job (for now: tasks of every environment, each solved by its expert, with rewards)
+## train: the main job: SFT warm start then GRPO on the calculator, on the CPU, with defaults
+## (ARGS="--steps 50" adds flags). Built with GOEXPERIMENT=simd: the go backend's AVX kernels.
+train:
+	GOEXPERIMENT=simd $(GO) build -o $(BIN)/agrl-simd ./agrl/cmd/agrl
+	$(BIN)/agrl-simd train --env calc $(ARGS)
+
+## bench: sampling and training throughput of the Tiny policy (tokens/s, GFLOP/s, share of peak)
+bench:
+	GOEXPERIMENT=simd $(GO) test -run '^$$' -bench 'Sample|Train' -benchtime 5x ./agrl/
+
+## gpu-check: the policy's tests and benchmarks on xla:cuda (needs an NVIDIA GPU and a PJRT plugin)
+gpu-check:
+	scripts/gpu-check.sh
+
+## demo: a tour without training (for now: tasks of every environment, each solved by its expert, with rewards)
 demo:
 	$(GO) run ./agrl/cmd/agrl envs
 	$(GO) run ./agrl/cmd/agrl sample --env calc --difficulty hard -n 2
