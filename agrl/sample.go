@@ -327,21 +327,31 @@ func (d *Decoder) grow(part *decPart, k int) error {
 	if err != nil {
 		return err
 	}
-	args := []any{tensors.FromShape(shapes.Make(dtypes.Int32, c))} // its shape names the new length
-	for _, cache := range part.caches {
-		don, err := graph.DonateTensorBuffer(cache, p.backend, 0)
+	out, err := d.callOnCaches(exec, tensors.FromShape(shapes.Make(dtypes.Int32, c)), part, "cache growth") // its shape names the new length
+	if err != nil {
+		return err
+	}
+	part.caches, part.c = out, c
+	return nil
+}
+
+// callOnCaches runs exec on first followed by the part's KV caches, donated (their buffers are
+// reused for the outputs, so the part holds no caches until the call returns them).
+func (d *Decoder) callOnCaches(exec *model.Exec, first any, part *decPart, what string) ([]*tensors.Tensor, error) {
+	args := []any{first}
+	for _, c := range part.caches {
+		don, err := graph.DonateTensorBuffer(c, d.p.backend, 0)
 		if err != nil {
-			return fmt.Errorf("agrl: Decoder: %w", err)
+			return nil, fmt.Errorf("agrl: Decoder: %w", err)
 		}
 		args = append(args, don)
 	}
 	part.caches = nil
 	out, err := call(exec, args...)
 	if err != nil {
-		return fmt.Errorf("agrl: Decoder cache growth: %w", err)
+		return nil, fmt.Errorf("agrl: Decoder %s: %w", what, err)
 	}
-	part.caches, part.c = out, c
-	return nil
+	return out, nil
 }
 
 // growExecutor returns the executor that pads KV caches to a longer length, building it once.
@@ -405,18 +415,9 @@ func (d *Decoder) compact(part *decPart) error {
 	if err != nil {
 		return err
 	}
-	args := []any{tensors.FromFlatDataAndDimensions(idx, nb*h, 1)}
-	for _, c := range part.caches {
-		don, err := graph.DonateTensorBuffer(c, p.backend, 0)
-		if err != nil {
-			return fmt.Errorf("agrl: Decoder: %w", err)
-		}
-		args = append(args, don)
-	}
-	part.caches = nil
-	out, err := call(exec, args...)
+	out, err := d.callOnCaches(exec, tensors.FromFlatDataAndDimensions(idx, nb*h, 1), part, "compaction")
 	if err != nil {
-		return fmt.Errorf("agrl: Decoder compaction: %w", err)
+		return err
 	}
 	part.caches, part.rows, part.b = out, rows, nb
 	return nil

@@ -24,6 +24,7 @@ type trainFlags struct {
 	demos, evalTasks, evalEvery       int
 	maxTokens, maxActionTokens        int
 	lr, kl, clip, clipHigh, guessFrac float64
+	sftLR                             float64
 	temp, evalTemp                    float64
 	seed                              uint64
 	dynamic, quiet                    bool
@@ -45,6 +46,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.tasks, "tasks", 4, "tasks per step")
 	fs.IntVar(&f.sftSteps, "sft-steps", 800, "warm-start SFT steps (0: no warm start)")
 	fs.IntVar(&f.demos, "demos", 4096, "warm-start demonstration episodes")
+	fs.Float64Var(&f.sftLR, "sft-lr", 2e-3, "warm-start SFT learning rate (20 warm-up steps)")
 	fs.Float64Var(&f.guessFrac, "guess-frac", 0.5, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
 	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
@@ -99,7 +101,8 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	if f.from != "" {
 		g = g.From(f.from)
 	} else if f.sftSteps > 0 {
-		g = g.WarmStart(agrl.SFT().Steps(f.sftSteps).Seed(f.seed), entry.Demos(f.seed, f.guessFrac)...).DemoEpisodes(f.demos)
+		sft := agrl.SFT().Steps(f.sftSteps).Seed(f.seed).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20))
+		g = g.WarmStart(sft, entry.Demos(f.seed, f.guessFrac)...).DemoEpisodes(f.demos)
 	}
 	if !f.quiet {
 		g = g.Progress(func(msg string) { fmt.Fprintf(stderr, "\r\033[K%s\n", msg) })
