@@ -23,6 +23,7 @@ type trainFlags struct {
 	steps, group, tasks, sftSteps     int
 	demos, evalTasks, evalEvery       int
 	maxTokens, maxActionTokens        int
+	context                           int
 	lr, kl, clip, clipHigh, guessFrac float64
 	sftLR                             float64
 	temp, evalTemp                    float64
@@ -51,6 +52,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "episode token budget (0: the model's context)")
+	fs.IntVar(&f.context, "context", 0, "model context in tokens (0: the preset's; multihop and filesearch episodes need 512)")
 	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 80, "tokens per action (0: no cap)")
 	fs.Float64Var(&f.lr, "lr", 3e-4, "learning rate")
 	fs.Float64Var(&f.kl, "kl", 0.01, "KL coefficient β to the reference policy (0: none)")
@@ -81,6 +83,9 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	}
 	if f.backend != "" {
 		lm = lm.Backend(f.backend)
+	}
+	if f.context > 0 {
+		lm = lm.Context(f.context)
 	}
 	if f.out == "" {
 		f.out = filepath.Join("runs", f.env)
