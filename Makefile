@@ -12,7 +12,7 @@ NOTEBOOKS = $(sort $(wildcard tutorials/*.ipynb notebooks/*.ipynb))
 # empty (`make notebooks AGRL_QUICK=`) to run them in full.
 AGRL_QUICK ?= 1
 
-.PHONY: all test go-test vet fmt-check build train demo bench gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
+.PHONY: all test go-test vet fmt-check build train demo bench acceptance gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
 
 all: build test
 
@@ -44,6 +44,10 @@ train:
 ## bench: sampling and training throughput of the Tiny policy (tokens/s, GFLOP/s, share of peak)
 bench:
 	GOEXPERIMENT=simd $(GO) test -run '^$$' -bench 'Sample|Train' -benchtime 5x ./agrl/
+
+## acceptance: measurements that train for minutes (simd build): the calc SFT warm start
+acceptance:
+	AGRL_ACCEPTANCE=1 GOEXPERIMENT=simd $(GO) test -count=1 -timeout 30m -v -run 'TestSFTWarmStartIsWellFormed' ./envs/calc/
 
 ## gpu-check: the policy's tests and benchmarks on xla:cuda (needs an NVIDIA GPU and a PJRT plugin)
 gpu-check:
