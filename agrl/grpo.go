@@ -141,6 +141,14 @@ func (g GRPO) LR(lr float64) GRPO { g.opt = g.opt.LR(lr); return g }
 // Warmup sets the learning-rate warm-up in steps (verl lr_warmup_steps); default 0.
 func (g GRPO) Warmup(steps int) GRPO { g.opt = g.opt.Warmup(steps); return g }
 
+// Schedule sets the learning-rate decay after warm-up (TRL lr_scheduler_type, verl
+// optim.lr_scheduler_type): ConstantLR (default), CosineLR or LinearLR down to floor × LR over the
+// run's optimizer steps (Steps × Epochs × Minibatches).
+func (g GRPO) Schedule(s LRSchedule, floor float64) GRPO {
+	g.opt = g.opt.Schedule(s, 0, floor)
+	return g
+}
+
 // Optimizer replaces the whole AdamW configuration (weight decay, betas, gradient clipping…).
 func (g GRPO) Optimizer(o AdamW) GRPO { g.opt = o; return g }
 
@@ -408,7 +416,8 @@ func (g GRPO) Resolved() GRPOConfig {
 // describe returns the optimizer settings for config.json.
 func (o AdamW) describe() map[string]any {
 	return map[string]any{"name": "adamw", "lr": o.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
-		"weight_decay": o.decay, "grad_clip": o.clip, "warmup": o.warmup}
+		"weight_decay": o.decay, "grad_clip": o.clip, "warmup": o.warmup,
+		"schedule": o.schedule.String(), "horizon": o.horizon, "floor": o.floor}
 }
 
 // describe returns the model settings for config.json.

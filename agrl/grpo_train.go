@@ -170,7 +170,10 @@ func (t *GRPOTrainer) ensureLearner() error {
 		return nil
 	}
 	loss := grpoLoss(t.cfg.epsLow, t.cfg.epsHigh, t.cfg.kl, t.cfg.klEst)
-	l, err := t.policy.NewTrainer("grpo", loss, grpoValues, t.cfg.opt, t.cfg.trainTemp)
+	// A schedule without its own horizon decays over the whole run: every optimizer step of
+	// every GRPO step.
+	opt := t.cfg.opt.withHorizon(t.cfg.steps * t.cfg.epochs * t.cfg.minibatches)
+	l, err := t.policy.NewTrainer("grpo", loss, grpoValues, opt, t.cfg.trainTemp)
 	if err != nil {
 		return err
 	}

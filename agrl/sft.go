@@ -134,7 +134,7 @@ func (c SFTConfig) Run(p *Policy, episodes []*Episode, env Env, dev []Task) (SFT
 	if len(seqs) == 0 {
 		return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes fits the context of %d tokens", len(episodes), p.cfg.context)
 	}
-	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, c.opt, 1)
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, c.opt.withHorizon(c.steps), 1)
 	if err != nil {
 		return rep, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -38,6 +39,8 @@ const unkText = "\uFFFD"
 type Tokenizer struct {
 	alphabet string     // the byte tokens, in id order
 	byByte   [256]int32 // byte -> id (UNK when absent)
+	words    []string   // multi-byte tokens, in id order after the alphabet
+	byFirst  [256][]int // indexes into words by first byte, longest word first
 }
 
 // PrintableASCII is the default alphabet: newline, tab and the printable ASCII characters.
@@ -80,8 +83,55 @@ func ByteTokenizer() *Tokenizer {
 	return t
 }
 
-// VocabSize is the number of token ids: specials, tags and alphabet.
-func (t *Tokenizer) VocabSize() int { return numSpecial + len(Tags) + len(t.alphabet) }
+// VocabSize is the number of token ids: specials, tags, alphabet and words.
+func (t *Tokenizer) VocabSize() int { return numSpecial + len(Tags) + len(t.alphabet) + len(t.words) }
+
+// Words returns a tokenizer with extra multi-byte tokens, numbered after the alphabet's. Encode
+// takes the longest word that matches at each position (a protocol tag still wins), so a word
+// shortens the sequences the model reads and writes: DigitPairs, for instance, halves numbers,
+// which makes copying an arithmetic expression into a tool call much easier for a small model.
+// The sampler may still write a word's bytes one by one; both spellings decode to the same text.
+// Words must be 2..16 bytes of the alphabet, must not contain '<' and must not repeat.
+func (t *Tokenizer) Words(words ...string) (*Tokenizer, error) {
+	nt := &Tokenizer{alphabet: t.alphabet, byByte: t.byByte}
+	seen := map[string]bool{}
+	for _, w := range append(slices.Clone(t.words), words...) {
+		switch {
+		case len(w) < 2 || len(w) > 16:
+			return nil, fmt.Errorf("agrl: tokenizer word %q: want 2 to 16 bytes", w)
+		case strings.Contains(w, "<"):
+			return nil, fmt.Errorf("agrl: tokenizer word %q contains '<' (reserved for tags)", w)
+		case seen[w]:
+			return nil, fmt.Errorf("agrl: tokenizer word %q given twice", w)
+		}
+		for i := 0; i < len(w); i++ {
+			if t.byByte[w[i]] == UNK {
+				return nil, fmt.Errorf("agrl: tokenizer word %q has byte %q outside the alphabet", w, w[i])
+			}
+		}
+		seen[w] = true
+		nt.words = append(nt.words, w)
+	}
+	for i, w := range nt.words {
+		nt.byFirst[w[0]] = append(nt.byFirst[w[0]], i)
+	}
+	for b := range nt.byFirst {
+		slices.SortStableFunc(nt.byFirst[b], func(x, y int) int { return len(nt.words[y]) - len(nt.words[x]) })
+	}
+	return nt, nil
+}
+
+// WordList returns the multi-byte tokens, in id order.
+func (t *Tokenizer) WordList() []string { return slices.Clone(t.words) }
+
+// DigitPairs lists the 100 two-digit strings "00" … "99", words for Tokenizer.Words.
+func DigitPairs() []string {
+	out := make([]string, 0, 100)
+	for i := range 100 {
+		out = append(out, fmt.Sprintf("%02d", i))
+	}
+	return out
+}
 
 // Alphabet returns the bytes that have their own token, in id order.
 func (t *Tokenizer) Alphabet() string { return t.alphabet }
@@ -113,10 +163,25 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
 				continue
 			}
 		}
+		if id, n := t.matchWord(text[i:]); n > 0 {
+			dst = append(dst, id)
+			i += n
+			continue
+		}
 		dst = append(dst, t.byByte[text[i]])
 		i++
 	}
 	return dst
+}
+
+// matchWord returns the id and length of the longest word that starts s, or (0, 0).
+func (t *Tokenizer) matchWord(s string) (int32, int) {
+	for _, k := range t.byFirst[s[0]] {
+		if strings.HasPrefix(s, t.words[k]) {
+			return int32(numSpecial+len(Tags)+len(t.alphabet)) + int32(k), len(t.words[k])
+		}
+	}
+	return 0, 0
 }
 
 func matchTag(s string) (int32, int) {
@@ -145,9 +210,11 @@ func (t *Tokenizer) Token(id int32) string {
 		return ""
 	case id >= FirstTag && id < FirstTag+int32(len(Tags)):
 		return Tags[id-FirstTag]
-	case id >= FirstTag+int32(len(Tags)) && int(id) < t.VocabSize():
+	case id >= FirstTag+int32(len(Tags)) && int(id) < numSpecial+len(Tags)+len(t.alphabet):
 		k := id - FirstTag - int32(len(Tags))
 		return t.alphabet[k : k+1]
+	case int(id) >= numSpecial+len(Tags)+len(t.alphabet) && int(id) < t.VocabSize():
+		return t.words[int(id)-numSpecial-len(Tags)-len(t.alphabet)]
 	default:
 		return unkText
 	}
@@ -173,19 +240,21 @@ func (t *Tokenizer) Describe(id int32) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// MarshalJSON stores the tokenizer as its alphabet.
+// MarshalJSON stores the tokenizer as its alphabet and words.
 func (t *Tokenizer) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Alphabet []byte `json:"alphabet"`
+		Alphabet []byte   `json:"alphabet"`
+		Words    []string `json:"words,omitempty"`
 		Tags     []string
-	}{[]byte(t.alphabet), Tags})
+	}{[]byte(t.alphabet), t.words, Tags})
 }
 
 // UnmarshalJSON reads a tokenizer written by MarshalJSON. It fails if the protocol tags changed
 // since it was written (the ids would no longer mean the same).
 func (t *Tokenizer) UnmarshalJSON(b []byte) error {
 	var v struct {
-		Alphabet []byte `json:"alphabet"`
+		Alphabet []byte   `json:"alphabet"`
+		Words    []string `json:"words"`
 		Tags     []string
 	}
 	if err := json.Unmarshal(b, &v); err != nil {
@@ -197,6 +266,11 @@ func (t *Tokenizer) UnmarshalJSON(b []byte) error {
 	nt, err := NewTokenizer(string(v.Alphabet))
 	if err != nil {
 		return err
+	}
+	if len(v.Words) > 0 {
+		if nt, err = nt.Words(v.Words...); err != nil {
+			return err
+		}
 	}
 	*t = *nt
 	return nil

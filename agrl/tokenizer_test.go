@@ -2,6 +2,7 @@ package agrl
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -78,5 +79,57 @@ func TestTokenizerJSON(t *testing.T) {
 	}
 	if back.Alphabet() != tok.Alphabet() || back.VocabSize() != tok.VocabSize() {
 		t.Errorf("JSON round trip changed the tokenizer: %q vs %q", back.Alphabet(), tok.Alphabet())
+	}
+}
+
+func TestTokenizerWords(t *testing.T) {
+	base := ASCIITokenizer()
+	tok, err := base.Words(DigitPairs()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err = tok.Words("calc(")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := tok.VocabSize(), base.VocabSize()+101; got != want {
+		t.Fatalf("vocab %d, want %d", got, want)
+	}
+	text := "<tool>calc(480-43*(7+1005))</tool>"
+	ids := tok.Encode(text)
+	var parts []string
+	for _, id := range ids {
+		parts = append(parts, tok.Token(id))
+	}
+	// Tags first, then the longest word, digits in pairs from the left, a lone last digit.
+	want := []string{"<tool>", "calc(", "48", "0", "-", "43", "*", "(", "7", "+", "10", "05", ")", ")", "</tool>"}
+	if strings.Join(parts, "|") != strings.Join(want, "|") {
+		t.Errorf("tokens %q\nwant   %q", parts, want)
+	}
+	if tok.Decode(ids) != text {
+		t.Errorf("round trip %q", tok.Decode(ids))
+	}
+	// Byte-by-byte spelling decodes to the same text; existing ids keep their meaning.
+	if got := tok.Decode(base.Encode(text)); got != text {
+		t.Errorf("byte spelling decodes to %q", got)
+	}
+	b, err := json.Marshal(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Tokenizer
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(back.Encode(text), ids) || back.VocabSize() != tok.VocabSize() {
+		t.Error("JSON round trip changed the tokenizer")
+	}
+	for _, bad := range [][]string{{"7"}, {"<x"}, {"12", "12"}, {"é1"}, {strings.Repeat("1", 17)}} {
+		if _, err := base.Words(bad...); err == nil {
+			t.Errorf("Words(%q) accepted", bad)
+		}
+	}
+	if out := base.Describe(base.Encode("a")[0]); out != `"a"` {
+		t.Errorf("Describe %s", out)
 	}
 }

@@ -188,3 +188,43 @@ func TestUnfusedPath(t *testing.T) {
 		}
 	}
 }
+
+func TestLearningRateSchedules(t *testing.T) {
+	base := NewAdamW().LR(1).Warmup(10)
+	cases := []struct {
+		name string
+		opt  AdamW
+		step int
+		want float64
+	}{
+		{"warm-up", base, 5, 0.5},
+		{"constant after warm-up", base, 500, 1},
+		{"cosine at the peak", base.Schedule(CosineLR, 110, 0.1), 10, 1},
+		// Halfway (step 60 of 10..110) the cosine factor is 0.5: 0.1 + 0.9 × 0.5.
+		{"cosine halfway", base.Schedule(CosineLR, 110, 0.1), 60, 0.55},
+		// A quarter of the way: 0.5 × (1 + cos(π/4)) = 0.853553…; 0.1 + 0.9 × that.
+		{"cosine a quarter", base.Schedule(CosineLR, 110, 0.1), 35, 0.1 + 0.9*0.5*(1+math.Sqrt2/2)},
+		{"cosine at the horizon", base.Schedule(CosineLR, 110, 0.1), 110, 0.1},
+		{"cosine after the horizon", base.Schedule(CosineLR, 110, 0.1), 400, 0.1},
+		{"linear halfway", base.Schedule(LinearLR, 110, 0), 60, 0.5},
+		{"linear at 90%", base.Schedule(LinearLR, 110, 0.2), 100, 0.2 + 0.8*0.1},
+		{"horizon from the run", base.Schedule(LinearLR, 0, 0).withHorizon(110), 60, 0.5},
+		{"own horizon wins", base.Schedule(LinearLR, 210, 0).withHorizon(110), 110, 0.5},
+		{"no warm-up", NewAdamW().LR(2).Schedule(LinearLR, 101, 0), 51, 1},
+	}
+	for _, c := range cases {
+		if got := c.opt.LearningRate(c.step); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%s: LR at step %d = %v, want %v", c.name, c.step, got, c.want)
+		}
+	}
+	for _, bad := range []AdamW{
+		NewAdamW().Schedule(LRSchedule(7), 0, 0.1),
+		NewAdamW().Schedule(CosineLR, -1, 0.1),
+		NewAdamW().Schedule(CosineLR, 0, 1.5),
+		NewAdamW().Schedule(CosineLR, 0, math.NaN()),
+	} {
+		if bad.Validate() == nil {
+			t.Errorf("invalid schedule accepted: %+v", bad)
+		}
+	}
+}
