@@ -255,7 +255,11 @@ func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
 
 // demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share.
 func (t *GRPOTrainer) demoEpisodes() ([]*Episode, error) {
-	stream, err := t.cfg.mix.Seed(t.seedFor("demos", 0)).Stream(t.env, Train)
+	mix := t.cfg.mix
+	if t.cfg.demoMix != nil {
+		mix = *t.cfg.demoMix
+	}
+	stream, err := mix.Seed(t.seedFor("demos", 0)).Stream(t.env, Train)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 // trainFlags are the settings of `agrl train` (and of each run of `agrl sweep`).
 type trainFlags struct {
 	env, preset, out, backend, from   string
+	demoMix                           string
 	steps, group, tasks, sftSteps     int
 	demos, evalTasks, evalEvery       int
 	maxTokens, maxActionTokens        int
@@ -45,14 +47,15 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.steps, "steps", 150, "GRPO steps")
 	fs.IntVar(&f.group, "group", 8, "episodes per task (G)")
 	fs.IntVar(&f.tasks, "tasks", 4, "tasks per step")
-	fs.IntVar(&f.sftSteps, "sft-steps", 600, "warm-start SFT steps (0: no warm start)")
-	fs.IntVar(&f.demos, "demos", 4096, "warm-start demonstration episodes")
-	fs.Float64Var(&f.sftLR, "sft-lr", 2e-3, "warm-start SFT learning rate (20 warm-up steps)")
-	fs.Float64Var(&f.guessFrac, "guess-frac", 0.25, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
+	fs.IntVar(&f.sftSteps, "sft-steps", 1500, "warm-start SFT steps (0: no warm start)")
+	fs.IntVar(&f.demos, "demos", 16384, "warm-start demonstration episodes")
+	fs.Float64Var(&f.sftLR, "sft-lr", 3e-3, "warm-start SFT peak learning rate (20 warm-up steps, cosine decay to a tenth)")
+	fs.Float64Var(&f.guessFrac, "guess-frac", 0.5, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
+	fs.StringVar(&f.demoMix, "demo-mix", "0.1,0.3,0.6", "easy,medium,hard shares of the warm-start demonstration tasks (long demonstrations teach copying); empty: the training mix")
 	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "episode token budget (0: the model's context)")
-	fs.IntVar(&f.context, "context", 0, "model context in tokens (0: the preset's; multihop and filesearch episodes need 512)")
+	fs.IntVar(&f.context, "context", 0, "model context in tokens (0: the preset's: 512 for tiny, 1024 for small)")
 	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 80, "tokens per action (0: no cap)")
 	fs.Float64Var(&f.lr, "lr", 3e-4, "learning rate")
 	fs.Float64Var(&f.kl, "kl", 0.01, "KL coefficient β to the reference policy (0: none)")
@@ -93,6 +96,14 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	if f.guessFrac < 0 || f.guessFrac > 1 {
 		errs = append(errs, fmt.Errorf("-guess-frac %v: want 0..1", f.guessFrac))
 	}
+	var demoMix *agrl.Mix
+	if f.demoMix != "" {
+		m, err := parseMix(f.demoMix)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-demo-mix %q: %w", f.demoMix, err))
+		}
+		demoMix = &m
+	}
 	if len(errs) > 0 {
 		return agrl.GRPO{}, usageError{errors.Join(errs...)}
 	}
@@ -106,8 +117,11 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	if f.from != "" {
 		g = g.From(f.from)
 	} else if f.sftSteps > 0 {
-		sft := agrl.SFT().Steps(f.sftSteps).Seed(f.seed).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20))
+		sft := agrl.SFT().Steps(f.sftSteps).Seed(f.seed).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
 		g = g.WarmStart(sft, entry.Demos(f.seed, f.guessFrac)...).DemoEpisodes(f.demos)
+		if demoMix != nil {
+			g = g.DemoMix(*demoMix)
+		}
 	}
 	if !f.quiet {
 		g = g.Progress(func(msg string) { fmt.Fprintf(stderr, "\r\033[K%s\n", msg) })
@@ -298,4 +312,22 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %-8s success %.1f%%\n", d, 100*res.SuccessByDifficulty[d])
 	}
 	return nil
+}
+
+// parseMix reads "easy,medium,hard" shares such as "0.1,0.3,0.6" (they must sum to 1).
+func parseMix(s string) (agrl.Mix, error) {
+	parts := strings.Split(s, ",")
+	if len(parts) != 3 {
+		return agrl.Mix{}, errors.New("want three comma-separated shares: easy,medium,hard")
+	}
+	var w [3]float64
+	for i, p := range parts {
+		v, err := strconv.ParseFloat(strings.TrimSpace(p), 64)
+		if err != nil {
+			return agrl.Mix{}, fmt.Errorf("share %q is not a number", p)
+		}
+		w[i] = v
+	}
+	m := agrl.NewMix(1).Easy(w[0]).Medium(w[1]).Hard(w[2])
+	return m, m.Validate()
 }
