@@ -137,5 +137,5 @@ func ExampleTinyLM() {
 		return
 	}
 	fmt.Println(pol.Config().Vocab(), pol.Config().Params(), len(out[0].Tokens), len(out[0].LogProbs))
-	// Output: 109 455168 8 8
+	// Output: 209 448000 8 8
 }

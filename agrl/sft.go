@@ -34,11 +34,11 @@ type SFTConfig struct {
 	log                     func(StepStats)
 }
 
-// SFT returns the defaults: 300 steps of 32 episodes, AdamW at learning rate 1e-3 with 20
-// warm-up steps and a cosine decay to 1e-4 at the last step, evaluation on the dev tasks at the
+// SFT returns the defaults: 300 steps of 32 episodes, AdamW at peak learning rate 3e-3 with 20
+// warm-up steps and a cosine decay to 3e-4 at the last step, evaluation on the dev tasks at the
 // end only, greedy decoding.
 func SFT() SFTConfig {
-	return SFTConfig{steps: 300, batch: 32, opt: NewAdamW().LR(1e-3).Warmup(20).Schedule(CosineLR, 0, 0.1), seed: 1}
+	return SFTConfig{steps: 300, batch: 32, opt: NewAdamW().LR(3e-3).Warmup(20).Schedule(CosineLR, 0, 0.1), seed: 1}
 }
 
 // Steps sets the number of optimizer steps.

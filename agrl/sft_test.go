@@ -20,7 +20,7 @@ func TestSFTLearnsToolUse(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := TinyLM().Width(64).Heads(4).Layers(2).MLP(128).Context(64).Seed(3).MustBuild()
-	rep, err := SFT().Steps(90).Batch(16).Seed(5).Eval(RolloutOptions{Sampling: Sampling{MaxActionTokens: 24}}).
+	rep, err := SFT().Steps(150).Batch(16).Seed(5).Eval(RolloutOptions{Sampling: Sampling{MaxActionTokens: 24}}).
 		Run(p, experts, env, dev)
 	if err != nil {
 		t.Fatal(err)

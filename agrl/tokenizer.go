@@ -70,7 +70,8 @@ func NewTokenizer(alphabet string) (*Tokenizer, error) {
 	return t, nil
 }
 
-// ASCIITokenizer returns the default tokenizer: PrintableASCII bytes (vocabulary 109).
+// ASCIITokenizer returns the byte tokenizer over PrintableASCII (vocabulary 109); the presets add
+// DigitPairs to it.
 func ASCIITokenizer() *Tokenizer { t, _ := NewTokenizer(PrintableASCII); return t }
 
 // ByteTokenizer returns a tokenizer over all 256 bytes (vocabulary 268): nothing maps to UNK.
