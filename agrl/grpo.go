@@ -407,10 +407,7 @@ func (g GRPO) Resolved() GRPOConfig {
 			c.Rubric = append(c.Rubric, RewardTerm{Name: name, Weight: g.rubric.Weights()[name]})
 		}
 	}
-	c.Mix = map[string]float64{}
-	for d, f := range g.mix.Fractions() {
-		c.Mix[d.String()] = f
-	}
+	c.Mix = mixByName(g.mix)
 	c.Policy = g.policyConfig().describe()
 	if c.MaxTokens == 0 {
 		c.MaxTokens = g.policyConfig().ContextLen()
@@ -422,14 +419,19 @@ func (g GRPO) Resolved() GRPOConfig {
 		}
 		c.WarmStart = map[string]any{"sft": g.sft.describe(), "demos": demos, "episodes": g.nDemo}
 		if g.demoMix != nil {
-			m := map[string]float64{}
-			for d, f := range g.demoMix.Fractions() {
-				m[d.String()] = f
-			}
-			c.WarmStart["mix"] = m
+			c.WarmStart["mix"] = mixByName(*g.demoMix)
 		}
 	}
 	return c
+}
+
+// mixByName returns a mix's fractions keyed by difficulty name, for config.json.
+func mixByName(m Mix) map[string]float64 {
+	out := map[string]float64{}
+	for d, f := range m.Fractions() {
+		out[d.String()] = f
+	}
+	return out
 }
 
 // describe returns the optimizer settings for config.json.
