@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 )
 
@@ -66,6 +67,12 @@ type Demo struct {
 	Agent Agent `json:"-"`
 	// Weight is the share of episodes (normalised over all demos).
 	Weight float64 `json:"weight"`
+	// After is the fraction of the warm start's SFT steps (0 ≤ After < 1) that pass before
+	// this source's episodes are drawn: a curriculum. 0, the default, draws them from the first
+	// step. With the expert from the start and a guesser joining at After 0.5, the model first
+	// learns to use the tool reliably and only then that it sometimes answers without it, so
+	// the warm-started policy is imperfect in the choice, not in the skill.
+	After float64 `json:"after,omitempty"`
 }
 
 // NewGRPO returns the defaults: group size 8, 4 tasks per step, clip ε 0.2 on both sides, KL
@@ -273,6 +280,12 @@ func (g GRPO) Validate() error {
 			if bad(d.Weight) || d.Weight < 0 {
 				add("demo %d (%q) has weight %v", i, d.Name, d.Weight)
 			}
+			if bad(d.After) || d.After < 0 || d.After >= 1 {
+				add("demo %d (%q) joins after %v of the SFT steps; want 0 <= after < 1", i, d.Name, d.After)
+			}
+		}
+		if len(g.demos) > 0 && !slices.ContainsFunc(g.demos, func(d Demo) bool { return d.After == 0 && d.Weight > 0 }) {
+			add("no demonstration source with a positive weight starts at the first SFT step (after = 0)")
 		}
 		if g.nDemo < 1 {
 			add("demo episodes %d; want >= 1", g.nDemo)
@@ -415,7 +428,11 @@ func (g GRPO) Resolved() GRPOConfig {
 	if g.sft != nil {
 		var demos []map[string]any
 		for _, d := range g.demos {
-			demos = append(demos, map[string]any{"name": d.Name, "weight": d.Weight})
+			demo := map[string]any{"name": d.Name, "weight": d.Weight}
+			if d.After > 0 {
+				demo["after"] = d.After
+			}
+			demos = append(demos, demo)
 		}
 		c.WarmStart = map[string]any{"sft": g.sft.describe(), "demos": demos, "episodes": g.nDemo}
 		if g.demoMix != nil {

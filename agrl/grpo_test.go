@@ -379,6 +379,14 @@ func TestGRPOBuildReportsEveryProblem(t *testing.T) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
+	// Curriculum settings: After outside [0, 1), and no source at the first step.
+	late := Demo{Name: "guess", Agent: addGuesser, Weight: 1, After: 0.5}
+	_, err = NewGRPO().Env(addEnv{}).WarmStart(SFT(), Demo{Name: "expert", Agent: addExpert, Weight: 1, After: 1}, late).Build()
+	for _, want := range []string{`demo 0 ("expert") joins after 1 of the SFT steps`, "no demonstration source with a positive weight starts at the first SFT step"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
 	// A sweep derives variants without changing the base.
 	base := NewGRPO().KL(0.01)
 	_ = base.KL(0.04).Group(16)

@@ -229,13 +229,13 @@ func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
 		return nil, nil
 	}
 	start := time.Now()
-	demos, err := t.demoEpisodes()
+	demos, firstStep, err := t.demoEpisodes()
 	if err != nil {
 		return nil, err
 	}
 	t.say("warm start: SFT on %d demonstration episodes", len(demos))
 	sft := *t.cfg.sft
-	rep, err := sft.Run(t.policy, demos, nil, nil)
+	rep, err := sft.run(t.policy, demos, firstStep, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("agrl: warm start: %w", err)
 	}
@@ -253,46 +253,49 @@ func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
 	return &rep, nil
 }
 
-// demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share.
-func (t *GRPOTrainer) demoEpisodes() ([]*Episode, error) {
+// demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share,
+// and returns with each episode the first SFT step that may draw it (its demo's After).
+func (t *GRPOTrainer) demoEpisodes() ([]*Episode, []int, error) {
 	mix := t.cfg.mix
 	if t.cfg.demoMix != nil {
 		mix = *t.cfg.demoMix
 	}
 	stream, err := mix.Seed(t.seedFor("demos", 0)).Stream(t.env, Train)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	total := 0.0
 	for _, d := range t.cfg.demos {
 		total += d.Weight
 	}
 	if total <= 0 {
-		return nil, errors.New("agrl: warm start: demo weights sum to 0")
+		return nil, nil, errors.New("agrl: warm start: demo weights sum to 0")
 	}
 	rng := rand.New(rand.NewPCG(t.cfg.seed, 0x64656d6f)) // "demo"
 	lim := Limits{MaxTurns: t.cfg.maxTurns}
 	eps := make([]*Episode, 0, t.cfg.nDemo)
+	first := make([]int, 0, t.cfg.nDemo)
 	for range t.cfg.nDemo {
 		task, err := stream.Next()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		u, agent := rng.Float64()*total, t.cfg.demos[len(t.cfg.demos)-1].Agent
+		u, demo := rng.Float64()*total, t.cfg.demos[len(t.cfg.demos)-1]
 		for _, d := range t.cfg.demos {
 			if u < d.Weight {
-				agent = d.Agent
+				demo = d
 				break
 			}
 			u -= d.Weight
 		}
-		ep, err := Play(t.env, task, agent, lim)
+		ep, err := Play(t.env, task, demo.Agent, lim)
 		if err != nil {
-			return nil, fmt.Errorf("agrl: warm start demonstration: %w", err)
+			return nil, nil, fmt.Errorf("agrl: warm start demonstration: %w", err)
 		}
 		eps = append(eps, ep)
+		first = append(first, 1+int(math.Ceil(demo.After*float64(t.cfg.sft.steps))))
 	}
-	return eps, nil
+	return eps, first, nil
 }
 
 // EvaluateSplit plays k episodes of each task of the split with the current policy at the

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 
 	"github.com/gomlx/gomlx/core/graph"
 )
@@ -113,13 +114,21 @@ func (r SFTReport) Final() StepStats {
 // dev tasks are given it evaluates greedy success on them (see EvalEvery). The optimizer state
 // is kept in the policy's store under "/opt/sft".
 func (c SFTConfig) Run(p *Policy, episodes []*Episode, env Env, dev []Task) (SFTReport, error) {
+	return c.run(p, episodes, nil, env, dev)
+}
+
+// run is Run with a curriculum: episode i is drawn only from step firstStep[i] on (nil: every
+// episode from the first step). Batches draw uniformly among the episodes available at the
+// step, so with every episode available from step 1 the draws are exactly Run's.
+func (c SFTConfig) run(p *Policy, episodes []*Episode, firstStep []int, env Env, dev []Task) (SFTReport, error) {
 	var rep SFTReport
 	if err := c.Validate(); err != nil {
 		return rep, err
 	}
 	var seqs [][]int32
 	var masks [][]float32
-	for _, ep := range episodes {
+	var starts []int
+	for i, ep := range episodes {
 		tok, mask := EncodeEpisode(p.tok, ep)
 		if len(tok) > p.cfg.context {
 			rep.Dropped++
@@ -129,17 +138,24 @@ func (c SFTConfig) Run(p *Policy, episodes []*Episode, env Env, dev []Task) (SFT
 		for i, v := range mask {
 			m[i] = float32(v)
 		}
-		seqs, masks = append(seqs, tok), append(masks, m)
+		start := 1
+		if firstStep != nil {
+			start = max(firstStep[i], 1)
+		}
+		seqs, masks, starts = append(seqs, tok), append(masks, m), append(starts, start)
 	}
 	rep.Episodes = len(seqs)
 	if len(seqs) == 0 {
 		return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes fits the context of %d tokens", len(episodes), p.cfg.context)
 	}
+	draws, err := newEpisodeDraws(starts, c.seed)
+	if err != nil {
+		return rep, err
+	}
 	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, c.opt.withHorizon(c.steps), 1)
 	if err != nil {
 		return rep, err
 	}
-	rng := rand.New(rand.NewPCG(c.seed, 0x736674)) // "sft"
 	evaluate := func() error {
 		if env == nil || len(dev) == 0 {
 			return nil
@@ -157,7 +173,7 @@ func (c SFTConfig) Run(p *Policy, episodes []*Episode, env Env, dev []Task) (SFT
 	for step := 1; step <= c.steps; step++ {
 		b := TrainBatch{Values: map[string][][]float32{"mask": nil}}
 		for range c.batch {
-			k := rng.IntN(len(seqs))
+			k := draws.next(step)
 			b.Tokens = append(b.Tokens, seqs[k])
 			b.Values["mask"] = append(b.Values["mask"], masks[k])
 		}
@@ -256,4 +272,33 @@ func (p *Policy) Evaluate(env Env, tasks []Task, opt RolloutOptions) (EvalReport
 		rep.InvalidRate = float64(invalid) / float64(turns)
 	}
 	return rep, nil
+}
+
+// episodeDraws draws the episodes of SFT batches: uniformly, with replacement, among those whose
+// first step has come.
+type episodeDraws struct {
+	order     []int // episode indices by first step (stable: the identity without a curriculum)
+	starts    []int // first step of each episode
+	available int   // order[:available] may be drawn
+	rng       *rand.Rand
+}
+
+func newEpisodeDraws(starts []int, seed uint64) (*episodeDraws, error) {
+	order := make([]int, len(starts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return starts[order[a]] < starts[order[b]] })
+	if len(order) == 0 || starts[order[0]] > 1 {
+		return nil, errors.New("agrl: SFT: no episode is available at the first step")
+	}
+	return &episodeDraws{order: order, starts: starts, rng: rand.New(rand.NewPCG(seed, 0x736674))}, nil // "sft"
+}
+
+// next draws the index of one episode available at step (steps count from 1, in order).
+func (d *episodeDraws) next(step int) int {
+	for d.available < len(d.order) && d.starts[d.order[d.available]] <= step {
+		d.available++
+	}
+	return d.order[d.rng.IntN(d.available)]
 }

@@ -1,6 +1,7 @@
 package agrl
 
 import (
+	"math/rand/v2"
 	"testing"
 )
 
@@ -39,5 +40,45 @@ func TestSFTLearnsToolUse(t *testing.T) {
 	}
 	if rep.Evals[0].Success < 0.5 {
 		t.Errorf("greedy dev success %.2f after SFT", rep.Evals[0].Success)
+	}
+}
+
+func TestEpisodeDrawsFollowTheCurriculum(t *testing.T) {
+	// Without a curriculum the draws are the plain uniform draws of the SFT seed.
+	plain, err := newEpisodeDraws([]int{1, 1, 1, 1, 1}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := rand.New(rand.NewPCG(7, 0x736674))
+	for step := 1; step <= 50; step++ {
+		if got, want := plain.next(step), ref.IntN(5); got != want {
+			t.Fatalf("step %d: drew %d, want %d", step, got, want)
+		}
+	}
+	// Episodes 1 and 3 join at step 11: never drawn before it, both drawn after it.
+	d, err := newEpisodeDraws([]int{1, 11, 1, 11, 1}, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[int]int{}
+	for step := 1; step <= 10; step++ {
+		for range 8 {
+			if k := d.next(step); k == 1 || k == 3 {
+				t.Fatalf("step %d drew episode %d, which joins at step 11", step, k)
+			}
+		}
+	}
+	for step := 11; step <= 40; step++ {
+		for range 8 {
+			seen[d.next(step)]++
+		}
+	}
+	for k := range 5 {
+		if seen[k] == 0 {
+			t.Errorf("episode %d never drawn after step 11: %v", k, seen)
+		}
+	}
+	if _, err := newEpisodeDraws([]int{3, 5}, 1); err == nil {
+		t.Error("want an error when no episode is available at the first step")
 	}
 }

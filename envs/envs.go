@@ -35,14 +35,15 @@ type Entry struct {
 }
 
 // Demos returns the warm-start demonstrations of the environment: the expert, and, when the
-// environment has a guesser, the guesser with share guessFrac (0..1).
-func (e Entry) Demos(seed uint64, guessFrac float64) []agrl.Demo {
+// environment has a guesser, the guesser with share guessFrac (0..1), whose episodes join the
+// SFT batches after the fraction guessAfter (0 ≤ guessAfter < 1) of its steps (agrl.Demo.After).
+func (e Entry) Demos(seed uint64, guessFrac, guessAfter float64) []agrl.Demo {
 	if e.Guesser == nil || guessFrac <= 0 {
 		return []agrl.Demo{{Name: "expert", Agent: e.Expert(), Weight: 1}}
 	}
 	return []agrl.Demo{
 		{Name: "expert", Agent: e.Expert(), Weight: 1 - guessFrac},
-		{Name: "guess", Agent: e.Guesser(seed), Weight: guessFrac},
+		{Name: "guess", Agent: e.Guesser(seed), Weight: guessFrac, After: guessAfter},
 	}
 }
 

@@ -27,6 +27,7 @@ type trainFlags struct {
 	maxTokens, maxActionTokens        int
 	context                           int
 	lr, kl, clip, clipHigh, guessFrac float64
+	guessAfter                        float64
 	sftLR                             float64
 	temp, evalTemp                    float64
 	seed                              uint64
@@ -51,17 +52,18 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.demos, "demos", 16384, "warm-start demonstration episodes")
 	fs.Float64Var(&f.sftLR, "sft-lr", 3e-3, "warm-start SFT peak learning rate (20 warm-up steps, cosine decay to a tenth)")
 	fs.Float64Var(&f.guessFrac, "guess-frac", 0.4, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
+	fs.Float64Var(&f.guessAfter, "guess-after", 0.5, "fraction of the warm-start SFT steps before the guessing demonstrations join (a curriculum: tool use first)")
 	fs.StringVar(&f.demoMix, "demo-mix", "0.1,0.3,0.6", "easy,medium,hard shares of the warm-start demonstration tasks (long demonstrations teach copying); empty: the training mix")
 	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
 	fs.IntVar(&f.maxTokens, "max-tokens", 0, "episode token budget (0: the model's context)")
 	fs.IntVar(&f.context, "context", 0, "model context in tokens (0: the preset's: 512 for tiny, 1024 for small)")
 	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 80, "tokens per action (0: no cap)")
-	fs.Float64Var(&f.lr, "lr", 3e-4, "learning rate")
+	fs.Float64Var(&f.lr, "lr", 1e-4, "learning rate")
 	fs.Float64Var(&f.kl, "kl", 0.01, "KL coefficient β to the reference policy (0: none)")
 	fs.Float64Var(&f.clip, "clip", 0.2, "clip ε (both sides)")
 	fs.Float64Var(&f.clipHigh, "clip-high", 0, "upper clip ε (DAPO: 0.28); 0 means the same as -clip")
-	fs.Float64Var(&f.temp, "temperature", 0.8, "sampling temperature of training rollouts")
+	fs.Float64Var(&f.temp, "temperature", 0.5, "sampling temperature of training rollouts")
 	fs.Float64Var(&f.evalTemp, "eval-temperature", 0.3, "sampling temperature of evaluations")
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", false, "dynamic sampling: refill groups whose rewards are all equal")
@@ -96,6 +98,9 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	if f.guessFrac < 0 || f.guessFrac > 1 {
 		errs = append(errs, fmt.Errorf("-guess-frac %v: want 0..1", f.guessFrac))
 	}
+	if f.guessAfter < 0 || f.guessAfter >= 1 {
+		errs = append(errs, fmt.Errorf("-guess-after %v: want 0 <= x < 1", f.guessAfter))
+	}
 	var demoMix *agrl.Mix
 	if f.demoMix != "" {
 		m, err := parseMix(f.demoMix)
@@ -118,7 +123,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		g = g.From(f.from)
 	} else if f.sftSteps > 0 {
 		sft := agrl.SFT().Steps(f.sftSteps).Seed(f.seed).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
-		g = g.WarmStart(sft, entry.Demos(f.seed, f.guessFrac)...).DemoEpisodes(f.demos)
+		g = g.WarmStart(sft, entry.Demos(f.seed, f.guessFrac, f.guessAfter)...).DemoEpisodes(f.demos)
 		if demoMix != nil {
 			g = g.DemoMix(*demoMix)
 		}
