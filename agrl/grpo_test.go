@@ -394,3 +394,53 @@ func TestGRPOBuildReportsEveryProblem(t *testing.T) {
 		t.Error("setters changed the base")
 	}
 }
+
+// TestGRPOFromCheckpointEvaluatesTheStart: a run started from a checkpoint (no warm start of its
+// own) evaluates that checkpoint on every split as the "before" of its before/after table.
+func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
+	base := tinyGRPO(t)
+	p, err := base.policyConfig().Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := filepath.Join(t.TempDir(), "start")
+	if _, err := p.Save(start); err != nil {
+		t.Fatal(err)
+	}
+	g := base.From(start).Steps(1).EvalTasks(8)
+	probe, err := g.Out(filepath.Join(t.TempDir(), "probe")).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _, err := probe.EvaluateSplit(Test, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := g.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := res.Summary.SFT; s == nil || s.TestSuccess != want.Success {
+		t.Fatalf("summary's starting point %+v; the checkpoint's own test success is %v (reward %v)", s, want.Success, want.MeanReward)
+	}
+	r, err := OpenRun(tr.Run().Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, after := r.BeforeAfter()
+	for _, s := range []string{"dev", "test", "ood"} {
+		if _, ok := before[s]; !ok {
+			t.Errorf("no before for %s", s)
+		}
+		if _, ok := after[s]; !ok {
+			t.Errorf("no after for %s", s)
+		}
+	}
+	if before["test"].MeanReward != want.MeanReward {
+		t.Errorf("before test reward %v, want the checkpoint's %v", before["test"].MeanReward, want.MeanReward)
+	}
+}

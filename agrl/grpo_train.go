@@ -222,11 +222,19 @@ func (t *GRPOTrainer) seedFor(purpose string, step int) uint64 {
 	return h.Sum64()
 }
 
-// WarmStart runs the configured behaviour-cloning warm start (a no-op without one, or when
-// resuming a run that already did it) and evaluates the resulting policy on every split.
+// WarmStart runs the configured behaviour-cloning warm start and evaluates the resulting policy
+// on every split: the "before" (summary key "sft") of the before/after table. A run started
+// From a checkpoint has no warm start; its starting policy is evaluated as the "before". A
+// no-op when resuming a run that already did it, and for a fresh policy without a warm start.
 func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
-	if t.cfg.sft == nil || t.resumed || t.step > 0 {
+	if t.resumed || t.step > 0 {
 		return nil, nil
+	}
+	if t.cfg.sft == nil {
+		if t.cfg.from == "" {
+			return nil, nil
+		}
+		return nil, t.evaluateStart()
 	}
 	start := time.Now()
 	demos, firstStep, err := t.demoEpisodes()
@@ -242,15 +250,18 @@ func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
 	final := rep.Final()
 	t.say("warm start: %d steps, loss %.3f, token accuracy %.3f, %.0f tokens/s, %.0fs",
 		len(rep.Steps), final.Loss, final.Metrics["accuracy"], rep.TokensPerSecond, time.Since(start).Seconds())
+	return &rep, t.evaluateStart()
+}
+
+// evaluateStart evaluates the policy GRPO starts from on every split and records it in the
+// summary as "sft".
+func (t *GRPOTrainer) evaluateStart() error {
 	sum, err := t.evaluateAll("sft", 0)
 	if err != nil {
-		return &rep, err
+		return err
 	}
 	t.sft = sum
-	if err := t.writeSummary("warm-started"); err != nil {
-		return &rep, err
-	}
-	return &rep, nil
+	return t.writeSummary("warm-started")
 }
 
 // demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share,
