@@ -39,10 +39,11 @@ if [ "${GOPLS:-}" = 1 ]; then
   build_tool gopls golang.org/x/tools/gopls "$GOPLS_VERSION"
 fi
 
-# The kernel spec points at the gonb binary's absolute path.
+# The kernel spec points at the gonb binary's absolute path: the whole quoted path must match
+# (a spec left by a checkout at /other/work/main contains this checkout's path as a substring).
 export PATH="$TOOLS:$PATH"
 kdir=$(/usr/bin/jupyter --data-dir)/kernels/gonb
-if ! [ -f "$kdir/kernel.json" ] || ! grep -q "$TOOLS/gonb" "$kdir/kernel.json"; then
+if ! [ -f "$kdir/kernel.json" ] || ! grep -qF "\"$TOOLS/gonb\"" "$kdir/kernel.json"; then
   echo "notebook-deps: installing the GoNB kernel spec"
   gonb --install --raw_error --force_deps --logtostderr=false
 fi
