@@ -76,8 +76,8 @@ func TestTrainUsageErrors(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, `unknown environment "nope"`) {
 		t.Errorf("unknown env: %d %s", code, stderr)
 	}
-	code, _, stderr = runCLI("train", "--preset", "huge", "--guess-frac", "2")
-	if code != 2 || !strings.Contains(stderr, `-preset "huge"`) || !strings.Contains(stderr, "-guess-frac 2") {
+	code, _, stderr = runCLI("train", "--preset", "huge", "--guess-frac", "2", "--guess-after", "1")
+	if code != 2 || !strings.Contains(stderr, `-preset "huge"`) || !strings.Contains(stderr, "-guess-frac 2") || !strings.Contains(stderr, "-guess-after 1") {
 		t.Errorf("bad flags: %d %s", code, stderr)
 	}
 	code, _, stderr = runCLI("train", "--group", "1", "--lr", "-1", "--out", t.TempDir()+"/x", "--quiet")
