@@ -85,7 +85,10 @@ func ByteTokenizer() *Tokenizer {
 }
 
 // VocabSize is the number of token ids: specials, tags, alphabet and words.
-func (t *Tokenizer) VocabSize() int { return numSpecial + len(Tags) + len(t.alphabet) + len(t.words) }
+func (t *Tokenizer) VocabSize() int { return int(t.firstWord()) + len(t.words) }
+
+// firstWord is the id of the first multi-byte word: words are numbered after the alphabet.
+func (t *Tokenizer) firstWord() int32 { return int32(numSpecial + len(Tags) + len(t.alphabet)) }
 
 // Words returns a tokenizer with extra multi-byte tokens, numbered after the alphabet's. Encode
 // takes the longest word that matches at each position (a protocol tag still wins), so a word
@@ -179,7 +182,7 @@ func (t *Tokenizer) AppendEncode(dst []int32, text string) []int32 {
 func (t *Tokenizer) matchWord(s string) (int32, int) {
 	for _, k := range t.byFirst[s[0]] {
 		if strings.HasPrefix(s, t.words[k]) {
-			return int32(numSpecial+len(Tags)+len(t.alphabet)) + int32(k), len(t.words[k])
+			return t.firstWord() + int32(k), len(t.words[k])
 		}
 	}
 	return 0, 0
@@ -211,11 +214,11 @@ func (t *Tokenizer) Token(id int32) string {
 		return ""
 	case id >= FirstTag && id < FirstTag+int32(len(Tags)):
 		return Tags[id-FirstTag]
-	case id >= FirstTag+int32(len(Tags)) && int(id) < numSpecial+len(Tags)+len(t.alphabet):
+	case id >= FirstTag+int32(len(Tags)) && id < t.firstWord():
 		k := id - FirstTag - int32(len(Tags))
 		return t.alphabet[k : k+1]
-	case int(id) >= numSpecial+len(Tags)+len(t.alphabet) && int(id) < t.VocabSize():
-		return t.words[int(id)-numSpecial-len(Tags)-len(t.alphabet)]
+	case id >= t.firstWord() && int(id) < t.VocabSize():
+		return t.words[id-t.firstWord()]
 	default:
 		return unkText
 	}

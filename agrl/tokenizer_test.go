@@ -69,14 +69,7 @@ func TestTokenizerJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back Tokenizer
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
+	back := jsonRoundTrip(t, tok)
 	if back.Alphabet() != tok.Alphabet() || back.VocabSize() != tok.VocabSize() {
 		t.Errorf("JSON round trip changed the tokenizer: %q vs %q", back.Alphabet(), tok.Alphabet())
 	}
@@ -113,14 +106,7 @@ func TestTokenizerWords(t *testing.T) {
 	if got := tok.Decode(base.Encode(text)); got != text {
 		t.Errorf("byte spelling decodes to %q", got)
 	}
-	b, err := json.Marshal(tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back Tokenizer
-	if err := json.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
-	}
+	back := jsonRoundTrip(t, tok)
 	if !slices.Equal(back.Encode(text), ids) || back.VocabSize() != tok.VocabSize() {
 		t.Error("JSON round trip changed the tokenizer")
 	}
@@ -132,4 +118,18 @@ func TestTokenizerWords(t *testing.T) {
 	if out := base.Describe(base.Encode("a")[0]); out != `"a"` {
 		t.Errorf("Describe %s", out)
 	}
+}
+
+// jsonRoundTrip marshals the tokenizer to JSON and reads it back.
+func jsonRoundTrip(t *testing.T, tok *Tokenizer) *Tokenizer {
+	t.Helper()
+	b, err := json.Marshal(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Tokenizer
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	return &back
 }
