@@ -43,11 +43,11 @@ train:
 
 ## bench: sampling and training throughput of the Tiny policy (tokens/s, GFLOP/s, share of peak)
 bench:
-	GOEXPERIMENT=simd $(GO) test -run '^$$' -bench 'Sample|Train' -benchtime 5x ./agrl/
+	GOEXPERIMENT=simd $(GO) test -run '^$$' -bench 'Sample|Train' -benchtime 5x ./agrl/learn/
 
 ## acceptance: measurements that train for minutes (simd build): the calc SFT warm start
 acceptance:
-	AGRL_ACCEPTANCE=1 GOEXPERIMENT=simd $(GO) test -count=1 -timeout 30m -v -run 'TestSFTWarmStartIsWellFormed' ./envs/calc/
+	AGRL_ACCEPTANCE=1 GOEXPERIMENT=simd $(GO) test -count=1 -timeout 30m -v -run 'TestSFTWarmStartIsWellFormed' ./agrl/learn/
 
 ## gpu-check: the policy's tests and benchmarks on xla:cuda (needs an NVIDIA GPU and a PJRT plugin)
 gpu-check:

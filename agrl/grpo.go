@@ -22,40 +22,53 @@ import (
 //		Group(8).KL(0.01).Steps(150).Out("runs/calc")
 //	tr, err := base.KL(0.04).Out("runs/calc-kl0.04").Build()
 //	res, err := tr.Train(ctx)
-type GRPO struct {
-	env    Env
-	rubric *Rubric
-	mix    Mix
-	lm     LM
+type GRPO struct{ s GRPOSpec }
+
+// GRPOSpec is every setting of a GRPO value, as the learner (agrl.dev/agrl/learn) reads it.
+// GRPO.Spec fills LM with the resolved policy configuration (TinyLM unless Policy set one,
+// seeded with Seed). The fields mirror the setters of the same names.
+type GRPOSpec struct {
+	Env    Env
+	Rubric *Rubric
+	Mix    Mix
+	LM     LM
 	lmSet  bool
-	from   string
+	From   string
 
-	sft     *SFTConfig
-	demos   []Demo
-	nDemo   int
-	demoMix *Mix
+	SFT          *SFTConfig
+	Demos        []Demo
+	DemoEpisodes int
+	DemoMix      *Mix
 
-	group, tasksPerStep int
-	epsLow, epsHigh     float64
-	kl                  float64
-	klEst               KLEstimator
-	opt                 AdamW
-	epochs, minibatches int
-	advNorm             AdvantageNorm
-	lossNorm            LossNorm
-	trainTemp, evalTemp float64
-	maxTurns, maxTokens int
-	maxActionTokens     int
-	dynamic             bool
-	maskTruncated       bool
-	evalEvery, evalN    int
-	trajEvery           int
-	ckptEvery           int
-	seed                uint64
-	out                 string
-	steps               int
-	onStep              func(Metrics)
-	progress            func(string)
+	Group, TasksPerStep          int
+	ClipLow, ClipHigh            float64
+	KL                           float64
+	KLEstimator                  KLEstimator
+	Optimizer                    AdamW
+	Epochs, Minibatches          int
+	AdvantageNorm                AdvantageNorm
+	LossNorm                     LossNorm
+	Temperature, EvalTemperature float64
+	MaxTurns, MaxTokens          int
+	MaxActionTokens              int
+	DynamicSampling              bool
+	MaskTruncated                bool
+	EvalEvery, EvalTasks         int
+	TrajectoriesEvery            int
+	CheckpointEvery              int
+	Seed                         uint64
+	Out                          string
+	Steps                        int
+	OnStep                       func(Metrics)
+	Progress                     func(string)
+}
+
+// Spec returns the settings, with LM resolved (see GRPOSpec).
+func (g GRPO) Spec() GRPOSpec {
+	s := g.s
+	s.LM = g.policyConfig()
+	s.Demos = append([]Demo(nil), g.s.Demos...)
+	return s
 }
 
 // Demo is one source of warm-start demonstrations: an agent (an expert, or a deliberately
@@ -82,37 +95,37 @@ type Demo struct {
 // 20/50/30 mix, evaluation of 64 tasks every 25 steps, trajectories every 25 steps, 100 steps,
 // seed 1.
 func NewGRPO() GRPO {
-	return GRPO{
-		mix: NewMix(1), group: 8, tasksPerStep: 4, epsLow: 0.2, epsHigh: 0.2, kl: 0.01, klEst: K3,
-		opt: NewAdamW(), epochs: 1, minibatches: 1, advNorm: NormStd, lossNorm: TokenMean,
-		trainTemp: 0.8, evalTemp: 0.3, evalEvery: 25, evalN: 64, trajEvery: 25, ckptEvery: 25,
-		seed: 1, steps: 100, nDemo: 512,
-	}
+	return GRPO{GRPOSpec{
+		Mix: NewMix(1), Group: 8, TasksPerStep: 4, ClipLow: 0.2, ClipHigh: 0.2, KL: 0.01, KLEstimator: K3,
+		Optimizer: NewAdamW(), Epochs: 1, Minibatches: 1, AdvantageNorm: NormStd, LossNorm: TokenMean,
+		Temperature: 0.8, EvalTemperature: 0.3, EvalEvery: 25, EvalTasks: 64, TrajectoriesEvery: 25, CheckpointEvery: 25,
+		Seed: 1, Steps: 100, DemoEpisodes: 512,
+	}}
 }
 
 // Env sets the environment (required).
-func (g GRPO) Env(env Env) GRPO { g.env = env; return g }
+func (g GRPO) Env(env Env) GRPO { g.s.Env = env; return g }
 
 // Rubric sets the reward rubric (required).
-func (g GRPO) Rubric(r Rubric) GRPO { g.rubric = &r; return g }
+func (g GRPO) Rubric(r Rubric) GRPO { g.s.Rubric = &r; return g }
 
 // Mix sets the difficulty mix of training tasks and of the evaluation splits. Its seed is
 // replaced by the trainer's (see Seed).
-func (g GRPO) Mix(m Mix) GRPO { g.mix = m; return g }
+func (g GRPO) Mix(m Mix) GRPO { g.s.Mix = m; return g }
 
 // Policy sets the model configuration of a fresh policy (default TinyLM).
-func (g GRPO) Policy(lm LM) GRPO { g.lm, g.lmSet = lm, true; return g }
+func (g GRPO) Policy(lm LM) GRPO { g.s.LM, g.s.lmSet = lm, true; return g }
 
 // From starts from the policy saved in a checkpoint directory (for instance an earlier run's
 // checkpoints/ folder) instead of a fresh one; its configuration replaces Policy's.
-func (g GRPO) From(checkpointDir string) GRPO { g.from = checkpointDir; return g }
+func (g GRPO) From(checkpointDir string) GRPO { g.s.From = checkpointDir; return g }
 
 // WarmStart runs behaviour cloning before GRPO on demonstration episodes played by the demos
 // (shares by weight) on training tasks. Mixing an expert with an agent that answers without
 // tools gives an imperfect start that GRPO must improve on, as a base model would be.
 func (g GRPO) WarmStart(sft SFTConfig, demos ...Demo) GRPO {
-	g.sft = &sft
-	g.demos = append([]Demo(nil), demos...)
+	g.s.SFT = &sft
+	g.s.Demos = append([]Demo(nil), demos...)
 	return g
 }
 
@@ -120,160 +133,160 @@ func (g GRPO) WarmStart(sft SFTConfig, demos ...Demo) GRPO {
 // mix). Long demonstrations teach a small model to copy: on the calculator, 1500 SFT steps on
 // a 10/30/60 easy/medium/hard mix reached 97% greedy dev success (hard 92%), against 73% (hard
 // 13%) on the 20/50/30 training mix. Its seed is replaced by the trainer's.
-func (g GRPO) DemoMix(m Mix) GRPO { g.demoMix = &m; return g }
+func (g GRPO) DemoMix(m Mix) GRPO { g.s.DemoMix = &m; return g }
 
 // DemoEpisodes sets how many demonstration episodes the warm start plays (default 512).
-func (g GRPO) DemoEpisodes(n int) GRPO { g.nDemo = n; return g }
+func (g GRPO) DemoEpisodes(n int) GRPO { g.s.DemoEpisodes = n; return g }
 
 // Group sets G, the episodes sampled per task (TRL num_generations, verl rollout.n); default 8.
-func (g GRPO) Group(n int) GRPO { g.group = n; return g }
+func (g GRPO) Group(n int) GRPO { g.s.Group = n; return g }
 
 // TasksPerStep sets the distinct tasks per step; a step samples TasksPerStep × Group episodes.
-func (g GRPO) TasksPerStep(n int) GRPO { g.tasksPerStep = n; return g }
+func (g GRPO) TasksPerStep(n int) GRPO { g.s.TasksPerStep = n; return g }
 
 // ClipEps sets the PPO clip range on both sides, ratio ∈ [1−ε, 1+ε] (TRL epsilon, verl
 // clip_ratio); default 0.2.
-func (g GRPO) ClipEps(eps float64) GRPO { g.epsLow, g.epsHigh = eps, eps; return g }
+func (g GRPO) ClipEps(eps float64) GRPO { g.s.ClipLow, g.s.ClipHigh = eps, eps; return g }
 
 // ClipHigh sets the upper clip ε alone: DAPO's "clip-higher" (Yu et al. 2025) recommends 0.28
 // with a lower ε of 0.2 (TRL epsilon_high, verl clip_ratio_high).
-func (g GRPO) ClipHigh(eps float64) GRPO { g.epsHigh = eps; return g }
+func (g GRPO) ClipHigh(eps float64) GRPO { g.s.ClipHigh = eps; return g }
 
 // ClipLow sets the lower clip ε alone (TRL epsilon, verl clip_ratio_low).
-func (g GRPO) ClipLow(eps float64) GRPO { g.epsLow = eps; return g }
+func (g GRPO) ClipLow(eps float64) GRPO { g.s.ClipLow = eps; return g }
 
 // KL sets β, the weight of the KL penalty to the frozen reference policy (TRL beta, verl
 // kl_loss_coef); 0 disables it and skips the reference forward pass. Default 0.01.
-func (g GRPO) KL(beta float64) GRPO { g.kl = beta; return g }
+func (g GRPO) KL(beta float64) GRPO { g.s.KL = beta; return g }
 
 // KLEstimator sets the per-token KL estimate: K3 (default; verl "low_var_kl") or K1.
-func (g GRPO) KLEstimator(k KLEstimator) GRPO { g.klEst = k; return g }
+func (g GRPO) KLEstimator(k KLEstimator) GRPO { g.s.KLEstimator = k; return g }
 
 // LR sets the peak learning rate (TRL learning_rate, verl actor.optim.lr); default 3e-4.
-func (g GRPO) LR(lr float64) GRPO { g.opt = g.opt.LR(lr); return g }
+func (g GRPO) LR(lr float64) GRPO { g.s.Optimizer = g.s.Optimizer.LR(lr); return g }
 
 // Warmup sets the learning-rate warm-up in steps (verl lr_warmup_steps); default 0.
-func (g GRPO) Warmup(steps int) GRPO { g.opt = g.opt.Warmup(steps); return g }
+func (g GRPO) Warmup(steps int) GRPO { g.s.Optimizer = g.s.Optimizer.Warmup(steps); return g }
 
 // Schedule sets the learning-rate decay after warm-up (TRL lr_scheduler_type, verl
 // optim.lr_scheduler_type): ConstantLR (default), CosineLR or LinearLR down to floor × LR over the
 // run's optimizer steps (Steps × Epochs × Minibatches).
 func (g GRPO) Schedule(s LRSchedule, floor float64) GRPO {
-	g.opt = g.opt.Schedule(s, 0, floor)
+	g.s.Optimizer = g.s.Optimizer.Schedule(s, 0, floor)
 	return g
 }
 
 // Optimizer replaces the whole AdamW configuration (weight decay, betas, gradient clipping…).
-func (g GRPO) Optimizer(o AdamW) GRPO { g.opt = o; return g }
+func (g GRPO) Optimizer(o AdamW) GRPO { g.s.Optimizer = o; return g }
 
 // GradClip sets the global gradient-norm clip (TRL max_grad_norm, verl grad_clip); default 1.
-func (g GRPO) GradClip(c float64) GRPO { g.opt = g.opt.ClipNorm(c); return g }
+func (g GRPO) GradClip(c float64) GRPO { g.s.Optimizer = g.s.Optimizer.ClipNorm(c); return g }
 
 // Epochs sets the passes over each step's episodes (TRL num_iterations, verl ppo_epochs);
 // default 1.
-func (g GRPO) Epochs(n int) GRPO { g.epochs = n; return g }
+func (g GRPO) Epochs(n int) GRPO { g.s.Epochs = n; return g }
 
 // Minibatches sets the optimizer steps per epoch, each on an equal share of the episodes (verl
 // ppo_mini_batch_size = episodes / Minibatches); default 1.
-func (g GRPO) Minibatches(n int) GRPO { g.minibatches = n; return g }
+func (g GRPO) Minibatches(n int) GRPO { g.s.Minibatches = n; return g }
 
 // AdvantageNorm sets NormStd (default; GRPO) or NormNone (Dr. GRPO; TRL scale_rewards).
-func (g GRPO) AdvantageNorm(n AdvantageNorm) GRPO { g.advNorm = n; return g }
+func (g GRPO) AdvantageNorm(n AdvantageNorm) GRPO { g.s.AdvantageNorm = n; return g }
 
 // LossNorm sets TokenMean (default; DAPO), SeqMean (original GRPO) or ConstNorm (Dr. GRPO,
 // dividing by the token budget) (TRL loss_type, verl loss_agg_mode).
-func (g GRPO) LossNorm(n LossNorm) GRPO { g.lossNorm = n; return g }
+func (g GRPO) LossNorm(n LossNorm) GRPO { g.s.LossNorm = n; return g }
 
 // Temperature sets the sampling temperature of training rollouts (default 0.8); log-probs are
 // scored at the same temperature.
-func (g GRPO) Temperature(t float64) GRPO { g.trainTemp = t; return g }
+func (g GRPO) Temperature(t float64) GRPO { g.s.Temperature = t; return g }
 
 // EvalTemperature sets the sampling temperature of evaluations (default 0.3; 0 is greedy).
-func (g GRPO) EvalTemperature(t float64) GRPO { g.evalTemp = t; return g }
+func (g GRPO) EvalTemperature(t float64) GRPO { g.s.EvalTemperature = t; return g }
 
 // MaxTurns caps the actions per episode (0: the environment's limit).
-func (g GRPO) MaxTurns(n int) GRPO { g.maxTurns = n; return g }
+func (g GRPO) MaxTurns(n int) GRPO { g.s.MaxTurns = n; return g }
 
 // MaxTokens sets the per-episode token budget: prompt, actions and observations (0: the
 // model's context). DESIGN rule 7: per episode, not per turn.
-func (g GRPO) MaxTokens(n int) GRPO { g.maxTokens = n; return g }
+func (g GRPO) MaxTokens(n int) GRPO { g.s.MaxTokens = n; return g }
 
 // MaxActionTokens caps the tokens of one action (0: only the episode budget caps it).
-func (g GRPO) MaxActionTokens(n int) GRPO { g.maxActionTokens = n; return g }
+func (g GRPO) MaxActionTokens(n int) GRPO { g.s.MaxActionTokens = n; return g }
 
 // DynamicSampling drops groups whose rewards are all equal (they carry no signal) and refills
 // the step with new tasks, up to three extra rollouts (DAPO's dynamic sampling; TRL has none,
 // verl filter_groups).
-func (g GRPO) DynamicSampling(on bool) GRPO { g.dynamic = on; return g }
+func (g GRPO) DynamicSampling(on bool) GRPO { g.s.DynamicSampling = on; return g }
 
 // MaskTruncated leaves episodes cut off by the token budget out of the loss instead of training
 // on their (penalised) reward (DAPO's overlong filtering).
-func (g GRPO) MaskTruncated(on bool) GRPO { g.maskTruncated = on; return g }
+func (g GRPO) MaskTruncated(on bool) GRPO { g.s.MaskTruncated = on; return g }
 
 // EvalEvery evaluates on the dev split every n steps (0: only before and after training).
-func (g GRPO) EvalEvery(n int) GRPO { g.evalEvery = n; return g }
+func (g GRPO) EvalEvery(n int) GRPO { g.s.EvalEvery = n; return g }
 
 // EvalTasks sets the number of tasks of each evaluation split (dev, test, OOD); default 64.
-func (g GRPO) EvalTasks(n int) GRPO { g.evalN = n; return g }
+func (g GRPO) EvalTasks(n int) GRPO { g.s.EvalTasks = n; return g }
 
 // TrajectoriesEvery saves sampled episodes (successes and failures) every n steps (0: never).
-func (g GRPO) TrajectoriesEvery(n int) GRPO { g.trajEvery = n; return g }
+func (g GRPO) TrajectoriesEvery(n int) GRPO { g.s.TrajectoriesEvery = n; return g }
 
 // CheckpointEvery saves a checkpoint every n steps (0: only at the end); default 25.
-func (g GRPO) CheckpointEvery(n int) GRPO { g.ckptEvery = n; return g }
+func (g GRPO) CheckpointEvery(n int) GRPO { g.s.CheckpointEvery = n; return g }
 
 // Seed seeds everything: model initialisation, task draws, sampling.
-func (g GRPO) Seed(seed uint64) GRPO { g.seed = seed; return g }
+func (g GRPO) Seed(seed uint64) GRPO { g.s.Seed = seed; return g }
 
 // Out sets the run directory (required for Train; see CreateRun).
-func (g GRPO) Out(dir string) GRPO { g.out = dir; return g }
+func (g GRPO) Out(dir string) GRPO { g.s.Out = dir; return g }
 
 // Steps sets the number of GRPO steps; default 100.
-func (g GRPO) Steps(n int) GRPO { g.steps = n; return g }
+func (g GRPO) Steps(n int) GRPO { g.s.Steps = n; return g }
 
 // OnStep sets a callback that receives every step's metrics (for live plots).
-func (g GRPO) OnStep(fn func(Metrics)) GRPO { g.onStep = fn; return g }
+func (g GRPO) OnStep(fn func(Metrics)) GRPO { g.s.OnStep = fn; return g }
 
 // Progress sets a callback that receives one-line progress messages (SFT, evaluation,
 // checkpoints); nil is silent.
-func (g GRPO) Progress(fn func(string)) GRPO { g.progress = fn; return g }
+func (g GRPO) Progress(fn func(string)) GRPO { g.s.Progress = fn; return g }
 
 // Validate reports every problem of the configuration at once, or nil.
 func (g GRPO) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
-	if g.env == nil {
+	if g.s.Env == nil {
 		add("no environment (call Env)")
 	}
-	if g.rubric == nil {
+	if g.s.Rubric == nil {
 		add("no rubric (call Rubric)")
-	} else if err := g.rubric.Validate(); err != nil {
+	} else if err := g.s.Rubric.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := g.mix.Validate(); err != nil {
+	if err := g.s.Mix.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if g.demoMix != nil {
-		if err := g.demoMix.Validate(); err != nil {
+	if g.s.DemoMix != nil {
+		if err := g.s.DemoMix.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("demo mix: %w", err))
 		}
 	}
-	if g.from == "" {
+	if g.s.From == "" {
 		if err := g.policyConfig().Validate(); err != nil {
 			errs = append(errs, err)
 		}
-	} else if _, err := os.Stat(g.from); err != nil {
+	} else if _, err := os.Stat(g.s.From); err != nil {
 		add("checkpoint to start from: %v", err)
 	}
-	if g.sft != nil {
-		if err := g.sft.Validate(); err != nil {
+	if g.s.SFT != nil {
+		if err := g.s.SFT.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if len(g.demos) == 0 {
+		if len(g.s.Demos) == 0 {
 			add("warm start without demonstrations (pass at least one Demo)")
 		}
-		for i, d := range g.demos {
+		for i, d := range g.s.Demos {
 			if d.Agent == nil {
 				add("demo %d (%q) has no agent", i, d.Name)
 			}
@@ -284,68 +297,68 @@ func (g GRPO) Validate() error {
 				add("demo %d (%q) joins after %v of the SFT steps; want 0 <= after < 1", i, d.Name, d.After)
 			}
 		}
-		if len(g.demos) > 0 && !slices.ContainsFunc(g.demos, func(d Demo) bool { return d.After == 0 && d.Weight > 0 }) {
+		if len(g.s.Demos) > 0 && !slices.ContainsFunc(g.s.Demos, func(d Demo) bool { return d.After == 0 && d.Weight > 0 }) {
 			add("no demonstration source with a positive weight starts at the first SFT step (after = 0)")
 		}
-		if g.nDemo < 1 {
-			add("demo episodes %d; want >= 1", g.nDemo)
+		if g.s.DemoEpisodes < 1 {
+			add("demo episodes %d; want >= 1", g.s.DemoEpisodes)
 		}
 	}
-	if g.group < 2 {
-		add("group size %d; GRPO needs >= 2 samples per task", g.group)
+	if g.s.Group < 2 {
+		add("group size %d; GRPO needs >= 2 samples per task", g.s.Group)
 	}
-	if g.tasksPerStep < 1 {
-		add("tasks per step %d; want >= 1", g.tasksPerStep)
+	if g.s.TasksPerStep < 1 {
+		add("tasks per step %d; want >= 1", g.s.TasksPerStep)
 	}
-	if bad(g.epsLow) || g.epsLow <= 0 || g.epsLow >= 1 {
-		add("clip ε low %v; want in (0, 1)", g.epsLow)
+	if bad(g.s.ClipLow) || g.s.ClipLow <= 0 || g.s.ClipLow >= 1 {
+		add("clip ε low %v; want in (0, 1)", g.s.ClipLow)
 	}
-	if bad(g.epsHigh) || g.epsHigh <= 0 {
-		add("clip ε high %v; want > 0", g.epsHigh)
+	if bad(g.s.ClipHigh) || g.s.ClipHigh <= 0 {
+		add("clip ε high %v; want > 0", g.s.ClipHigh)
 	}
-	if bad(g.kl) || g.kl < 0 {
-		add("KL coefficient %v; want >= 0", g.kl)
+	if bad(g.s.KL) || g.s.KL < 0 {
+		add("KL coefficient %v; want >= 0", g.s.KL)
 	}
-	if g.klEst != K1 && g.klEst != K3 {
-		add("unknown KL estimator %d", g.klEst)
+	if g.s.KLEstimator != K1 && g.s.KLEstimator != K3 {
+		add("unknown KL estimator %d", g.s.KLEstimator)
 	}
-	if err := g.opt.Validate(); err != nil {
+	if err := g.s.Optimizer.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if g.epochs < 1 {
-		add("epochs %d; want >= 1", g.epochs)
+	if g.s.Epochs < 1 {
+		add("epochs %d; want >= 1", g.s.Epochs)
 	}
-	if g.minibatches < 1 || g.minibatches > g.group*g.tasksPerStep {
-		add("minibatches %d; want 1..%d (the episodes per step)", g.minibatches, g.group*g.tasksPerStep)
+	if g.s.Minibatches < 1 || g.s.Minibatches > g.s.Group*g.s.TasksPerStep {
+		add("minibatches %d; want 1..%d (the episodes per step)", g.s.Minibatches, g.s.Group*g.s.TasksPerStep)
 	}
-	if g.advNorm != NormStd && g.advNorm != NormNone {
-		add("unknown advantage normalisation %d", g.advNorm)
+	if g.s.AdvantageNorm != NormStd && g.s.AdvantageNorm != NormNone {
+		add("unknown advantage normalisation %d", g.s.AdvantageNorm)
 	}
-	if g.lossNorm != TokenMean && g.lossNorm != SeqMean && g.lossNorm != ConstNorm {
-		add("unknown loss normalisation %d", g.lossNorm)
+	if g.s.LossNorm != TokenMean && g.s.LossNorm != SeqMean && g.s.LossNorm != ConstNorm {
+		add("unknown loss normalisation %d", g.s.LossNorm)
 	}
-	if bad(g.trainTemp) || g.trainTemp <= 0 {
-		add("train temperature %v; want > 0 (GRPO needs sampling)", g.trainTemp)
+	if bad(g.s.Temperature) || g.s.Temperature <= 0 {
+		add("train temperature %v; want > 0 (GRPO needs sampling)", g.s.Temperature)
 	}
-	if bad(g.evalTemp) || g.evalTemp < 0 {
-		add("eval temperature %v; want >= 0", g.evalTemp)
+	if bad(g.s.EvalTemperature) || g.s.EvalTemperature < 0 {
+		add("eval temperature %v; want >= 0", g.s.EvalTemperature)
 	}
-	if g.maxTurns < 0 || g.maxTokens < 0 || g.maxActionTokens < 0 {
-		add("negative turn or token limits (%d, %d, %d)", g.maxTurns, g.maxTokens, g.maxActionTokens)
+	if g.s.MaxTurns < 0 || g.s.MaxTokens < 0 || g.s.MaxActionTokens < 0 {
+		add("negative turn or token limits (%d, %d, %d)", g.s.MaxTurns, g.s.MaxTokens, g.s.MaxActionTokens)
 	}
-	if g.lossNorm == ConstNorm && g.maxTokens == 0 && g.from == "" && g.policyConfig().ContextLen() <= 0 {
+	if g.s.LossNorm == ConstNorm && g.s.MaxTokens == 0 && g.s.From == "" && g.policyConfig().ContextLen() <= 0 {
 		add("dr-grpo loss normalisation needs a token budget")
 	}
-	if g.evalEvery < 0 || g.trajEvery < 0 || g.ckptEvery < 0 {
+	if g.s.EvalEvery < 0 || g.s.TrajectoriesEvery < 0 || g.s.CheckpointEvery < 0 {
 		add("negative EvalEvery, TrajectoriesEvery or CheckpointEvery")
 	}
-	if g.evalN < 1 {
-		add("eval tasks %d; want >= 1", g.evalN)
+	if g.s.EvalTasks < 1 {
+		add("eval tasks %d; want >= 1", g.s.EvalTasks)
 	}
-	if g.steps < 0 {
-		add("steps %d; want >= 0", g.steps)
+	if g.s.Steps < 0 {
+		add("steps %d; want >= 0", g.s.Steps)
 	}
-	if strings.TrimSpace(g.out) == "" {
+	if strings.TrimSpace(g.s.Out) == "" {
 		add("no run directory (call Out)")
 	}
 	if len(errs) > 0 {
@@ -355,10 +368,10 @@ func (g GRPO) Validate() error {
 }
 
 func (g GRPO) policyConfig() LM {
-	if g.lmSet {
-		return g.lm.Seed(g.seed)
+	if g.s.lmSet {
+		return g.s.LM.Seed(g.s.Seed)
 	}
-	return TinyLM().Seed(g.seed)
+	return TinyLM().Seed(g.s.Seed)
 }
 
 // GRPOConfig is the resolved configuration of a GRPO run, as written to config.json.
@@ -400,43 +413,43 @@ type GRPOConfig struct {
 // Resolved returns the configuration with every default filled in, as config.json records it.
 func (g GRPO) Resolved() GRPOConfig {
 	c := GRPOConfig{
-		Group: g.group, TasksPerStep: g.tasksPerStep, ClipLow: g.epsLow, ClipHigh: g.epsHigh,
-		KL: g.kl, KLEstimator: g.klEst.String(), Optimizer: g.opt.describe(), Epochs: g.epochs,
-		Minibatches: g.minibatches, AdvantageNorm: g.advNorm.String(), LossNorm: g.lossNorm.String(),
-		Temperature: g.trainTemp, EvalTemperature: g.evalTemp, MaxTurns: g.maxTurns,
-		MaxTokens: g.maxTokens, MaxActionTokens: g.maxActionTokens, DynamicSampling: g.dynamic,
-		MaskTruncated: g.maskTruncated, EvalEvery: g.evalEvery, EvalTasks: g.evalN,
-		Trajectories: g.trajEvery, CheckpointEvery: g.ckptEvery, Seed: g.seed, Steps: g.steps,
-		Out: g.out, From: g.from,
+		Group: g.s.Group, TasksPerStep: g.s.TasksPerStep, ClipLow: g.s.ClipLow, ClipHigh: g.s.ClipHigh,
+		KL: g.s.KL, KLEstimator: g.s.KLEstimator.String(), Optimizer: g.s.Optimizer.describe(), Epochs: g.s.Epochs,
+		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm.String(), LossNorm: g.s.LossNorm.String(),
+		Temperature: g.s.Temperature, EvalTemperature: g.s.EvalTemperature, MaxTurns: g.s.MaxTurns,
+		MaxTokens: g.s.MaxTokens, MaxActionTokens: g.s.MaxActionTokens, DynamicSampling: g.s.DynamicSampling,
+		MaskTruncated: g.s.MaskTruncated, EvalEvery: g.s.EvalEvery, EvalTasks: g.s.EvalTasks,
+		Trajectories: g.s.TrajectoriesEvery, CheckpointEvery: g.s.CheckpointEvery, Seed: g.s.Seed, Steps: g.s.Steps,
+		Out: g.s.Out, From: g.s.From,
 	}
-	if g.env != nil {
-		c.Env, c.EnvTools = g.env.Name(), g.env.Tools()
+	if g.s.Env != nil {
+		c.Env, c.EnvTools = g.s.Env.Name(), g.s.Env.Tools()
 		if c.MaxTurns == 0 {
-			c.MaxTurns = g.env.MaxTurns()
+			c.MaxTurns = g.s.Env.MaxTurns()
 		}
 	}
-	if g.rubric != nil {
-		for _, name := range g.rubric.Names() {
-			c.Rubric = append(c.Rubric, RewardTerm{Name: name, Weight: g.rubric.Weights()[name]})
+	if g.s.Rubric != nil {
+		for _, name := range g.s.Rubric.Names() {
+			c.Rubric = append(c.Rubric, RewardTerm{Name: name, Weight: g.s.Rubric.Weights()[name]})
 		}
 	}
-	c.Mix = mixByName(g.mix)
+	c.Mix = mixByName(g.s.Mix)
 	c.Policy = g.policyConfig().describe()
 	if c.MaxTokens == 0 {
 		c.MaxTokens = g.policyConfig().ContextLen()
 	}
-	if g.sft != nil {
+	if g.s.SFT != nil {
 		var demos []map[string]any
-		for _, d := range g.demos {
+		for _, d := range g.s.Demos {
 			demo := map[string]any{"name": d.Name, "weight": d.Weight}
 			if d.After > 0 {
 				demo["after"] = d.After
 			}
 			demos = append(demos, demo)
 		}
-		c.WarmStart = map[string]any{"sft": g.sft.describe(), "demos": demos, "episodes": g.nDemo}
-		if g.demoMix != nil {
-			c.WarmStart["mix"] = mixByName(*g.demoMix)
+		c.WarmStart = map[string]any{"sft": g.s.SFT.describe(), "demos": demos, "episodes": g.s.DemoEpisodes}
+		if g.s.DemoMix != nil {
+			c.WarmStart["mix"] = mixByName(*g.s.DemoMix)
 		}
 	}
 	return c

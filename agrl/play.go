@@ -64,21 +64,21 @@ func Play(env Env, task Task, agent Agent, lim Limits) (*Episode, error) {
 	if env == nil || agent == nil {
 		return nil, errors.New("agrl: Play needs an env and an agent")
 	}
-	l, err := startEpisode(env, task, lim)
+	l, err := StartEpisode(env, task, lim)
 	if err != nil {
 		return nil, err
 	}
 	ep := l.ep
 	used := len(ep.Prompt)
 	for {
-		if l.outOfTurns() {
+		if l.OutOfTurns() {
 			return ep, nil
 		}
 		text, err := agent.Act(ep)
 		if err != nil {
 			return ep, fmt.Errorf("agrl: agent failed at turn %d of %s: %w", len(ep.Turns)+1, task.ID, err)
 		}
-		if l.act(text) {
+		if l.Act(text) {
 			return ep, nil
 		}
 		used += len(text) + len(ep.Turns[len(ep.Turns)-1].Observation)
@@ -89,28 +89,31 @@ func Play(env Env, task Task, agent Agent, lim Limits) (*Episode, error) {
 	}
 }
 
-// turnLoop carries one episode through its turns: the per-turn logic that Play (text agents)
-// and Policy.Rollout (token-level policies) share. The caller enforces its own budget (bytes
-// for Play, tokens for rollouts) after each act.
-type turnLoop struct {
+// TurnLoop carries one episode through its turns: the per-turn logic that Play (text agents)
+// and the learner's rollouts (token-level policies) share. The caller enforces its own budget
+// (bytes for Play, tokens for rollouts) after each Act.
+type TurnLoop struct {
 	sess       Session
 	lim        Limits
 	ep         *Episode
 	invalidRun int
 }
 
-// startEpisode resets env on task and returns the loop, with lim's defaults filled in.
-func startEpisode(env Env, task Task, lim Limits) (*turnLoop, error) {
+// StartEpisode resets env on task and returns the loop, with lim's defaults filled in.
+func StartEpisode(env Env, task Task, lim Limits) (*TurnLoop, error) {
 	lim = lim.withDefaults(env)
 	sess, prompt, err := env.Reset(task)
 	if err != nil {
 		return nil, fmt.Errorf("agrl: %s refused task %s: %w", env.Name(), task.ID, err)
 	}
-	return &turnLoop{sess: sess, lim: lim, ep: &Episode{Task: task, Prompt: prompt}}, nil
+	return &TurnLoop{sess: sess, lim: lim, ep: &Episode{Task: task, Prompt: prompt}}, nil
 }
 
-// outOfTurns ends the episode with MaxTurnsReached when it has used every turn.
-func (l *turnLoop) outOfTurns() bool {
+// Episode returns the episode being played.
+func (l *TurnLoop) Episode() *Episode { return l.ep }
+
+// OutOfTurns ends the episode with MaxTurnsReached when it has used every turn.
+func (l *TurnLoop) OutOfTurns() bool {
 	if len(l.ep.Turns) >= l.lim.MaxTurns {
 		l.ep.Termination = MaxTurnsReached
 		return true
@@ -118,10 +121,10 @@ func (l *turnLoop) outOfTurns() bool {
 	return false
 }
 
-// act records one action of the policy and the environment's reply (an invalid action gets a
+// Act records one action of the policy and the environment's reply (an invalid action gets a
 // penalising observation and never reaches the environment). It returns true when the episode
 // ended: an answer, the environment ending it or failing, or too many invalid actions in a row.
-func (l *turnLoop) act(text string) (done bool) {
+func (l *TurnLoop) Act(text string) (done bool) {
 	ep := l.ep
 	turn := Turn{Text: text, Action: ParseAction(text)}
 	var res StepResult

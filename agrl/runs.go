@@ -413,3 +413,20 @@ func (r *Run) Trajectories(step int) ([]*Episode, error) {
 	})
 	return eps, err
 }
+// RewriteMetrics replaces metrics.jsonl with the given lines (atomically): a resumed run keeps
+// the steps up to its checkpoint.
+func (w *RunWriter) RewriteMetrics(ms []Metrics) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var buf []byte
+	for _, m := range ms {
+		b, err := json.Marshal(nanSafe(m))
+		if err != nil {
+			return err
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	return writeFileAtomic(filepath.Join(w.dir, RunMetricsFile), buf)
+}
+
+

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/learn"
 	"agrl.dev/agrl/nb"
 	"agrl.dev/envs"
 )
@@ -155,7 +156,7 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 // train builds and runs one configuration, printing progress and the before/after table, and
 // writes report.html. It returns the finished run directory.
 func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Writer) (*agrl.Run, error) {
-	tr, err := g.Build()
+	tr, err := learn.Build(g)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +280,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pol, err := agrl.LoadPolicy(filepath.Join(*runDir, agrl.RunCheckpointsDir), "")
+	pol, err := learn.LoadPolicy(filepath.Join(*runDir, agrl.RunCheckpointsDir), "")
 	if err != nil {
 		return err
 	}
@@ -301,7 +302,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	}
 	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: t, Seed: cfg.Seed, MaxActionTokens: cfg.MaxActionTokens},
 		Limits: agrl.Limits{MaxTurns: cfg.MaxTurns}, MaxTokens: cfg.MaxTokens}
-	res, _, err := agrl.EvaluatePolicy(pol, entry.New(), entry.Rubric(), tasks, *k, opt)
+	res, _, err := learn.EvaluatePolicy(pol, entry.New(), entry.Rubric(), tasks, *k, opt)
 	if err != nil {
 		return err
 	}

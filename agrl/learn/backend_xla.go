@@ -1,6 +1,6 @@
 //go:build !noxla
 
-package agrl
+package learn
 
 import (
 	"fmt"

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"fmt"
 	"math"
 	"strings"
@@ -9,18 +11,19 @@ import (
 )
 
 // testLM is the small configuration the tests use: fast to compile and run on two cores.
-func testLM() LM {
-	return TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("") // AGRL_BACKEND, else go:ops_sequential
+func testLM() agrl.LM {
+	return agrl.TinyLM().Width(32).Layers(2).Heads(4).MLP(64).Context(64).Backend("") // AGRL_BACKEND, else go:ops_sequential
 }
 
 func TestLMValidate(t *testing.T) {
-	if err := TinyLM().Validate(); err != nil {
+	if err := agrl.TinyLM().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if err := SmallLM().Validate(); err != nil {
+	if err := agrl.SmallLM().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	err := TinyLM().Width(30).Heads(4).Layers(0).Backend("nope").Validate()
+	// NewPolicy reports the shape's problems (LM.Validate) and the backend's together.
+	_, err := NewPolicy(agrl.TinyLM().Width(30).Heads(4).Layers(0).Backend("nope"))
 	if err == nil {
 		t.Fatal("bad config accepted")
 	}
@@ -29,12 +32,12 @@ func TestLMValidate(t *testing.T) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
-	base := TinyLM()
+	base := agrl.TinyLM()
 	_ = base.Width(64)
-	if base.width != 128 {
+	if base.Spec().Width != 128 {
 		t.Error("setter changed the receiver")
 	}
-	if n := TinyLM().Params(); n < 400_000 || n > 600_000 {
+	if n := agrl.TinyLM().Params(); n < 400_000 || n > 600_000 {
 		t.Errorf("TinyLM has %d params", n)
 	}
 }
@@ -44,11 +47,11 @@ func contains(s, sub string) bool {
 }
 
 func TestScoreShapes(t *testing.T) {
-	p := testLM().MustBuild()
+	p := MustNewPolicy(testLM())
 	tok := p.Tokenizer()
 	seqs := [][]int32{
-		append([]int32{BOS}, tok.Encode("What is 2+2?<answer>4</answer>")...),
-		append([]int32{BOS}, tok.Encode("hi")...),
+		append([]int32{agrl.BOS}, tok.Encode("What is 2+2?<answer>4</answer>")...),
+		append([]int32{agrl.BOS}, tok.Encode("hi")...),
 	}
 	sc, err := p.Score(seqs, 1)
 	if err != nil {
@@ -78,20 +81,20 @@ func TestScoreShapes(t *testing.T) {
 			t.Errorf("pos %d differs by %g with different batch padding", j, d)
 		}
 	}
-	if _, err := p.Score([][]int32{{BOS}}, 1); err == nil {
+	if _, err := p.Score([][]int32{{agrl.BOS}}, 1); err == nil {
 		t.Error("1-token sequence accepted")
 	}
-	if _, err := p.Score([][]int32{{BOS, 9999}}, 1); err == nil {
+	if _, err := p.Score([][]int32{{agrl.BOS, 9999}}, 1); err == nil {
 		t.Error("out-of-vocabulary token accepted")
 	}
 }
 
 func TestWatchdog(t *testing.T) {
-	p := testLM().MustBuild()
+	p := MustNewPolicy(testLM())
 	old := ExecTimeout
 	ExecTimeout = time.Nanosecond
 	defer func() { ExecTimeout = old }()
-	_, err := p.Score([][]int32{{BOS, 20, 21, 22}}, 1)
+	_, err := p.Score([][]int32{{agrl.BOS, 20, 21, 22}}, 1)
 	if err == nil || !strings.Contains(err.Error(), "watchdog") {
 		t.Errorf("a call past the watchdog returned %v", err)
 	}
@@ -100,17 +103,17 @@ func TestWatchdog(t *testing.T) {
 func TestScoreShardsAgree(t *testing.T) {
 	var seqs [][]int32
 	for i := range 21 {
-		s := []int32{BOS}
+		s := []int32{agrl.BOS}
 		for j := range 5 + i%13 {
 			s = append(s, int32(12+(i*5+j*7)%90))
 		}
 		seqs = append(seqs, s)
 	}
-	one, err := testLM().Shards(1).MustBuild().Score(seqs, 0.8)
+	one, err := MustNewPolicy(testLM().Shards(1)).Score(seqs, 0.8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := testLM().Shards(2).MustBuild().Score(seqs, 0.8)
+	two, err := MustNewPolicy(testLM().Shards(2)).Score(seqs, 0.8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,14 +127,14 @@ func TestScoreShardsAgree(t *testing.T) {
 }
 
 func ExampleTinyLM() {
-	pol, err := TinyLM().Seed(1).Build()
+	pol, err := NewPolicy(agrl.TinyLM().Seed(1))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	tok := pol.Tokenizer()
-	prompt := tok.AppendEncode([]int32{BOS}, "What is 2+3?")
-	out, err := pol.Complete([][]int32{prompt}, 8, EvalSampling(42))
+	prompt := tok.AppendEncode([]int32{agrl.BOS}, "What is 2+3?")
+	out, err := pol.Complete([][]int32{prompt}, 8, agrl.EvalSampling(42))
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"errors"
 	"fmt"
 	"math"
@@ -35,191 +37,16 @@ import (
 // Evaluate), checkpoint.go (Save, LoadPolicy, Clone), backend.go (backend choice) and
 // gomlxfix.go (faster matmul gradients). On the go backend, build with GOEXPERIMENT=simd.
 
-// LM configures a policy language model: a pre-LayerNorm decoder-only transformer with learned
-// (or rotary, RoPE) positions over a byte-level Tokenizer. It is a value: every setter returns a copy, so
-// presets and sweeps never alias.
-//
-//	pol, err := agrl.TinyLM().Layers(4).Seed(7).Build()
-//
-// The zero value is not usable; start from TinyLM or SmallLM.
-type LM struct {
-	tok                                *Tokenizer
-	width, layers, heads, context, mlp int
-	backend                            string
-	seed                               uint64
-	initStd                            float64
-	shards                             int
-	positions                          Positions
-}
-
-// Positions selects how the model encodes token positions.
-type Positions int
-
-const (
-	// Learned adds a learned embedding of each absolute position (GPT-2 style). After 600
-	// SFT steps on the calculator's warm start it led RoPE (greedy dev success 48% vs 34%);
-	// over longer warm starts RoPE caught up and passed it (61% after 1500 steps, 73% with
-	// the DigitPairs tokenizer), and it costs no parameters per position.
-	Learned Positions = iota
-	// RoPE rotates queries and keys by their position (Su et al. 2021, "RoFormer"): attention
-	// then depends only on relative offsets. The presets use it.
-	RoPE
-)
-
-// String returns "learned" or "rope".
-func (p Positions) String() string {
-	if p == RoPE {
-		return "rope"
-	}
-	return "learned"
-}
-
 // ropeBase is θ in RoPE's frequencies θ^(−2i/hd).
 const ropeBase = 10000
-
-// TinyLM is the CPU preset: the ASCII tokenizer with DigitPairs (vocabulary 209), width 128,
-// 2 layers, 4 heads, RoPE positions, a 512-token context (enough for a 4-hop multihop episode)
-// and a 512-wide MLP: about 0.45M parameters, trains in minutes on two cores. The backend
-// defaults to BackendFromEnv() (go:ops_sequential unless overridden).
-func TinyLM() LM {
-	return LM{tok: presetTokenizer(), positions: RoPE, width: 128, layers: 2, heads: 4, context: 512, mlp: 512, seed: 1, initStd: 0.02}
-}
-
-// SmallLM is the GPU preset: TinyLM's tokenizer and positions, width 512, 8 layers, 8 heads,
-// a 1024-token context and a 2048-wide MLP (about 25M parameters). Pair it with
-// Backend("xla:cuda").
-func SmallLM() LM {
-	return LM{tok: presetTokenizer(), positions: RoPE, width: 512, layers: 8, heads: 8, context: 1024, mlp: 2048, seed: 1, initStd: 0.02}
-}
-
-// presetTokenizer is the presets' tokenizer: printable ASCII plus the 100 digit pairs, which
-// halve the numbers a policy copies into tool calls and answers (on the calculator's warm start,
-// greedy dev success 61% → 73% after 1500 SFT steps; medium expressions 77% → 98%).
-func presetTokenizer() *Tokenizer {
-	t, err := ASCIITokenizer().Words(DigitPairs()...)
-	if err != nil {
-		panic(err) // the words are constants
-	}
-	return t
-}
-
-// Positions sets the position encoding (RoPE in the presets).
-func (c LM) Positions(p Positions) LM { c.positions = p; return c }
-
-// Tokenizer sets the tokenizer; its VocabSize is the model's vocabulary.
-func (c LM) Tokenizer(t *Tokenizer) LM { c.tok = t; return c }
-
-// Width sets the model width d (the residual stream size).
-func (c LM) Width(d int) LM { c.width = d; return c }
-
-// Layers sets the number of transformer blocks.
-func (c LM) Layers(n int) LM { c.layers = n; return c }
-
-// Heads sets the number of attention heads; it must divide Width.
-func (c LM) Heads(n int) LM { c.heads = n; return c }
-
-// Context sets the longest sequence (prompt, actions and observations) the model reads.
-func (c LM) Context(n int) LM { c.context = n; return c }
-
-// MLP sets the hidden width of each block's feed-forward layer (usually 4×Width).
-func (c LM) MLP(n int) LM { c.mlp = n; return c }
-
-// Backend sets the compute backend configuration ("go:ops_sequential", "xla:cuda"…); ""
-// means BackendFromEnv(). See ParseBackend.
-func (c LM) Backend(config string) LM { c.backend = config; return c }
-
-// Shards sets into how many parts training batches and sampling batches are split and run
-// concurrently. The go backend runs most ops on a single core, so on a 2-core machine two
-// shards use both cores. 0 (the default) means 2 on the go backend when GOMAXPROCS >= 2, else 1
-// (XLA parallelises each op itself).
-func (c LM) Shards(n int) LM { c.shards = n; return c }
-
-// Seed sets the seed of the weight initialisation.
-func (c LM) Seed(seed uint64) LM { c.seed = seed; return c }
-
-// InitStd sets the standard deviation of the initial weights (0.02 as in GPT-2; the residual
-// projections are scaled down by 1/√(2·Layers)).
-func (c LM) InitStd(std float64) LM { c.initStd = std; return c }
-
-// Vocab returns the vocabulary size (the tokenizer's).
-func (c LM) Vocab() int {
-	if c.tok == nil {
-		return 0
-	}
-	return c.tok.VocabSize()
-}
-
-// ContextLen returns the configured context length.
-func (c LM) ContextLen() int { return c.context }
-
-// Params counts the model's trainable parameters.
-func (c LM) Params() int {
-	v, d, m := c.Vocab(), c.width, c.mlp
-	perLayer := 4*d + 4*d*d + 2*d*m
-	pos := 0
-	if c.positions == Learned {
-		pos = c.context * d
-	}
-	return v*d + pos + c.layers*perLayer + 2*d + d*v
-}
-
-// FLOPsPerToken estimates the floating-point operations of one forward pass per token at
-// sequence length t: 2 per weight multiply-add (embeddings excluded) plus attention's two
-// t-long dot products per head dimension (averaged over a causal sequence: t/2 keys).
-// A training step costs about 3× the forward pass.
-func (c LM) FLOPsPerToken(t int) float64 {
-	d, m, v := float64(c.width), float64(c.mlp), float64(c.Vocab())
-	weights := float64(c.layers)*(3*d*d+d*d+2*d*m) + d*v
-	attn := float64(c.layers) * 2 * d * float64(t) / 2
-	return 2*weights + 2*attn
-}
-
-// Validate reports every problem of the configuration at once, or nil.
-func (c LM) Validate() error {
-	var errs []error
-	if c.tok == nil {
-		errs = append(errs, errors.New("no tokenizer"))
-	}
-	for _, p := range []struct {
-		name string
-		v    int
-	}{{"width", c.width}, {"layers", c.layers}, {"heads", c.heads}, {"context", c.context}, {"mlp", c.mlp}} {
-		if p.v <= 0 {
-			errs = append(errs, fmt.Errorf("%s is %d; want > 0", p.name, p.v))
-		}
-	}
-	if c.heads > 0 && c.width%c.heads != 0 {
-		errs = append(errs, fmt.Errorf("width %d is not a multiple of heads %d", c.width, c.heads))
-	} else if c.heads > 0 && c.positions == RoPE && (c.width/c.heads)%2 != 0 {
-		errs = append(errs, fmt.Errorf("RoPE needs an even head size; width %d / heads %d is odd", c.width, c.heads))
-	}
-	if c.positions != RoPE && c.positions != Learned {
-		errs = append(errs, fmt.Errorf("unknown position encoding %d", c.positions))
-	}
-	if c.context > 0 && c.context < 8 {
-		errs = append(errs, fmt.Errorf("context %d is shorter than 8 tokens", c.context))
-	}
-	if c.shards < 0 {
-		errs = append(errs, fmt.Errorf("shards %d; want >= 0", c.shards))
-	}
-	if math.IsNaN(c.initStd) || c.initStd <= 0 || c.initStd > 1 {
-		errs = append(errs, fmt.Errorf("init std %v; want in (0, 1]", c.initStd))
-	}
-	if _, err := ParseBackend(c.backend); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("agrl: invalid LM: %w", errors.Join(errs...))
-	}
-	return nil
-}
 
 // Policy is a language-model policy: the weights (in a GoMLX model.Store, with the optimizer
 // state once trained), the tokenizer and the compiled graphs that score, sample and train.
 // Its methods are safe for concurrent use; they run one at a time.
 type Policy struct {
-	cfg     LM
-	tok     *Tokenizer
+	cfg     agrl.LM
+	arch    arch
+	tok     *agrl.Tokenizer
 	backend compute.Backend
 	store   *model.Store
 
@@ -233,26 +60,45 @@ type Policy struct {
 	growExec    *model.Exec
 }
 
-// Build validates the configuration, starts the backend and initialises the weights
-// deterministically from the seed.
-func (c LM) Build() (*Policy, error) {
-	if err := c.Validate(); err != nil {
+// arch is the model's shape, read from its LM configuration; the graph builders are its methods.
+type arch struct{ agrl.LMSpec }
+
+// Vocab returns the vocabulary size.
+func (c arch) Vocab() int { return c.Tokenizer.VocabSize() }
+
+// NewPolicy validates the configuration (its backend too), starts the backend and initialises
+// the weights deterministically from the seed.
+//
+//	pol, err := learn.NewPolicy(agrl.TinyLM().Layers(4).Seed(7))
+func NewPolicy(c agrl.LM) (*Policy, error) {
+	if err := validateLM(c); err != nil {
 		return nil, err
 	}
-	backend, err := NewBackend(c.backend)
+	backend, err := NewBackend(c.Spec().Backend)
 	if err != nil {
 		return nil, err
 	}
-	p := &Policy{cfg: c, tok: c.tok, backend: backend, store: model.NewStore()}
+	p := &Policy{cfg: c, arch: arch{c.Spec()}, tok: c.Spec().Tokenizer, backend: backend, store: model.NewStore()}
 	if err := p.initWeights(); err != nil {
 		return nil, err
 	}
 	return p, nil
 }
 
-// MustBuild is Build for notebooks: it panics on error.
-func (c LM) MustBuild() *Policy {
-	p, err := c.Build()
+// validateLM reports the configuration's problems and its backend's, all at once.
+func validateLM(c agrl.LM) error {
+	return errors.Join(c.Validate(), backendProblem(c.Spec().Backend))
+}
+
+// backendProblem is ParseBackend's error, if any.
+func backendProblem(config string) error {
+	_, err := ParseBackend(config)
+	return err
+}
+
+// MustNewPolicy is NewPolicy for notebooks: it panics on error.
+func MustNewPolicy(c agrl.LM) *Policy {
+	p, err := NewPolicy(c)
 	if err != nil {
 		panic(err)
 	}
@@ -262,8 +108,8 @@ func (c LM) MustBuild() *Policy {
 // shards returns the number of concurrent shards batches are split into.
 func (p *Policy) shards() int {
 	switch {
-	case p.cfg.shards > 0:
-		return p.cfg.shards
+	case p.arch.Shards > 0:
+		return p.arch.Shards
 	case p.backend.String() == "go" && runtime.GOMAXPROCS(0) >= 2:
 		return 2
 	}
@@ -271,10 +117,10 @@ func (p *Policy) shards() int {
 }
 
 // Config returns the policy's configuration.
-func (p *Policy) Config() LM { return p.cfg }
+func (p *Policy) Config() agrl.LM { return p.cfg }
 
 // Tokenizer returns the policy's tokenizer.
-func (p *Policy) Tokenizer() *Tokenizer { return p.tok }
+func (p *Policy) Tokenizer() *agrl.Tokenizer { return p.tok }
 
 // Backend returns the compute backend the policy runs on.
 func (p *Policy) Backend() compute.Backend { return p.backend }
@@ -292,13 +138,13 @@ type weightSpec struct {
 	init string // "normal", "resid" (normal scaled for residual outputs), "ones", "zeros"
 }
 
-func (c LM) weightSpecs() []weightSpec {
-	d, m, v := c.width, c.mlp, c.Vocab()
+func (c arch) weightSpecs() []weightSpec {
+	d, m, v := c.Width, c.MLP, c.Vocab()
 	specs := []weightSpec{{"embed", []int{v, d}, "normal"}}
-	if c.positions == Learned {
-		specs = append(specs, weightSpec{"pos", []int{c.context, d}, "normal"})
+	if c.Positions == agrl.Learned {
+		specs = append(specs, weightSpec{"pos", []int{c.Context, d}, "normal"})
 	}
-	for l := range c.layers {
+	for l := range c.Layers {
 		pre := fmt.Sprintf("layer%d/", l)
 		specs = append(specs,
 			weightSpec{pre + "ln1_g", []int{d}, "ones"}, weightSpec{pre + "ln1_b", []int{d}, "zeros"},
@@ -315,9 +161,9 @@ func (c LM) weightSpecs() []weightSpec {
 // initWeights creates every weight in the store from a seeded host RNG, so the same seed gives
 // the same model on every backend.
 func (p *Policy) initWeights() error {
-	rng := rand.New(rand.NewPCG(p.cfg.seed, 0x6167726c)) // "agrl"
-	residStd := p.cfg.initStd / math.Sqrt(2*float64(p.cfg.layers))
-	for _, w := range p.cfg.weightSpecs() {
+	rng := rand.New(rand.NewPCG(p.arch.Seed, 0x6167726c)) // "agrl"
+	residStd := p.arch.InitStd / math.Sqrt(2*float64(p.arch.Layers))
+	for _, w := range p.arch.weightSpecs() {
 		n := 1
 		for _, d := range w.dims {
 			n *= d
@@ -325,7 +171,7 @@ func (p *Policy) initWeights() error {
 		data := make([]float32, n)
 		switch w.init {
 		case "normal", "resid":
-			std := p.cfg.initStd
+			std := p.arch.InitStd
 			if w.init == "resid" {
 				std = residStd
 			}
@@ -360,7 +206,7 @@ type layerWeights struct {
 }
 
 // graphWeights fetches the weight variables into graph g.
-func (c LM) graphWeights(store *model.Store, g *graph.Graph) (*weights, error) {
+func (c arch) graphWeights(store *model.Store, g *graph.Graph) (*weights, error) {
 	get := func(name string) (*graph.Node, error) {
 		v := store.GetVariable(model.JoinPath(lmScope, name))
 		if v == nil {
@@ -377,12 +223,12 @@ func (c LM) graphWeights(store *model.Store, g *graph.Graph) (*weights, error) {
 		return n
 	}
 	w := &weights{embed: must("embed"), lnfG: must("lnf_g"), lnfB: must("lnf_b"), head: must("head_w")}
-	if c.positions == Learned {
+	if c.Positions == agrl.Learned {
 		w.pos = must("pos")
 	} else {
 		w.cos, w.sin = c.ropeTables(g)
 	}
-	for l := range c.layers {
+	for l := range c.Layers {
 		pre := fmt.Sprintf("layer%d/", l)
 		w.layers = append(w.layers, layerWeights{
 			ln1G: must(pre + "ln1_g"), ln1B: must(pre + "ln1_b"), qW: must(pre + "q_w"), kW: must(pre + "k_w"),
@@ -454,12 +300,14 @@ const maskedLogit = -1e9
 
 // bannedTokens lists the ids the policy never writes: padding, BOS, UNK and the observation
 // tags (the environment writes those).
-func bannedTokens() []int32 { return []int32{PAD, BOS, UNK, TagID(ObsOpen), TagID(ObsClose)} }
+func bannedTokens() []int32 {
+	return []int32{agrl.PAD, agrl.BOS, agrl.UNK, agrl.TagID(agrl.ObsOpen), agrl.TagID(agrl.ObsClose)}
+}
 
 // outputLogProbs turns final hidden states [..., d] into log-probabilities [..., V] at inverse
 // temperature invT (a scalar node): LogSoftmax(logits·invT + ban). The sampler and the scorer
 // both call this, so temperature is applied identically in both.
-func (c LM) outputLogProbs(w *weights, x, invT *graph.Node) *graph.Node {
+func (c arch) outputLogProbs(w *weights, x, invT *graph.Node) *graph.Node {
 	g := x.Graph()
 	x = layerNorm(x, w.lnfG, w.lnfB)
 	logits := matmul(x, w.head) // [..., V]
@@ -482,30 +330,30 @@ func mlpBlock(lw *layerWeights, x *graph.Node) *graph.Node {
 // project projects x [B, T, d] with w [d, d] and splits the result into heads, merged with the
 // batch axis: [B·H, T, hd]. One batch axis keeps every attention matmul on the go backend's
 // fast path (two batch axes made it copy the KV cache at every decoding step).
-func (c LM) project(x, w *graph.Node) *graph.Node {
+func (c arch) project(x, w *graph.Node) *graph.Node {
 	b, t := x.Shape().Dimensions[0], x.Shape().Dimensions[1]
-	hd := c.width / c.heads
-	y := graph.Reshape(matmul(x, w), b, t, c.heads, hd) // [B, T, H, hd]
+	hd := c.Width / c.Heads
+	y := graph.Reshape(matmul(x, w), b, t, c.Heads, hd) // [B, T, H, hd]
 	y = graph.TransposeAllAxes(y, 0, 2, 1, 3)           // [B, H, T, hd]
-	return graph.Reshape(y, b*c.heads, t, hd)           // [B·H, T, hd]
+	return graph.Reshape(y, b*c.Heads, t, hd)           // [B·H, T, hd]
 }
 
 // mergeHeads turns attention outputs [B·H, T, hd] back into [B, T, d].
-func (c LM) mergeHeads(a *graph.Node, b int) *graph.Node {
+func (c arch) mergeHeads(a *graph.Node, b int) *graph.Node {
 	t, hd := a.Shape().Dimensions[1], a.Shape().Dimensions[2]
-	a = graph.Reshape(a, b, c.heads, t, hd)                                    // [B, H, T, hd]
-	return graph.Reshape(graph.TransposeAllAxes(a, 0, 2, 1, 3), b, t, c.width) // [B, T, d]
+	a = graph.Reshape(a, b, c.Heads, t, hd)                                    // [B, H, T, hd]
+	return graph.Reshape(graph.TransposeAllAxes(a, 0, 2, 1, 3), b, t, c.Width) // [B, T, d]
 }
 
 // forward runs the transformer over whole sequences tokens [B, T] (int32) and returns the
 // final hidden states [B, T, d]. Attention is causal.
-func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
+func (c arch) forward(w *weights, tokens *graph.Node) *graph.Node {
 	g := tokens.Graph()
 	t := tokens.Shape().Dimensions[1]
-	hd := c.width / c.heads
+	hd := c.Width / c.Heads
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1)) // [B, T, d]
 	var cos, sin *graph.Node                                 // RoPE rotations [1, T, hd]
-	if c.positions == Learned {
+	if c.Positions == agrl.Learned {
 		x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
 	} else {
 		cos = graph.InsertAxes(graph.Slice(w.cos, graph.AxisRange(0, t)), 0)
@@ -529,7 +377,7 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 		lw := &w.layers[l]
 		h := layerNorm(x, lw.ln1G, lw.ln1B)
 		var att *graph.Node
-		for hh := range c.heads {
+		for hh := range c.Heads {
 			cols := graph.AxisRange(hh*hd, (hh+1)*hd)
 			q := graph.Mul(matmul(h, graph.Slice(lw.qW, all, cols)), scale) // [B, T, hd], pre-scaled
 			k := matmul(h, graph.Slice(lw.kW, all, cols))                   // [B, T, hd]
@@ -556,7 +404,7 @@ func (c LM) forward(w *weights, tokens *graph.Node) *graph.Node {
 // the entropy of each next-token distribution and whether the next token is the most likely
 // one (1 or 0), all [B, T-1]: position i is about tokens[i+1] given tokens[..i]. invT is a
 // scalar inverse temperature.
-func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy, top1 *graph.Node) {
+func (c arch) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy, top1 *graph.Node) {
 	t := tokens.Shape().Dimensions[1]
 	x := c.forward(w, tokens)                                                                   // [B, T, d]
 	lp := c.outputLogProbs(w, graph.Slice(x, graph.AxisRange(), graph.AxisRange(0, t-1)), invT) // [B, T-1, V]
@@ -582,12 +430,12 @@ func (c LM) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy, top
 //
 // It returns the log-probabilities [B, V] of the token after each row's last valid token, and
 // the updated caches.
-func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []*graph.Node) (*graph.Node, []*graph.Node) {
+func (c arch) extend(w *weights, tokens, start, count, invT *graph.Node, caches []*graph.Node) (*graph.Node, []*graph.Node) {
 	g := tokens.Graph()
 	b, k := tokens.Shape().Dimensions[0], tokens.Shape().Dimensions[1]
 	cl := caches[0].Shape().Dimensions[1] // cache length C
-	bh := b * c.heads
-	hd := c.width / c.heads
+	bh := b * c.Heads
+	hd := c.Width / c.Heads
 	i32 := func(dims ...int) shapes.Shape { return shapes.Make(dtypes.Int32, dims...) }
 
 	kIota := graph.Iota(g, i32(b, k), 1)                        // [B, K]
@@ -595,18 +443,18 @@ func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []
 	valid := graph.LessThan(kIota, graph.InsertAxes(count, -1)) // [B, K]
 	posC := graph.Min(pos, graph.Const(g, int32(cl-1)))         // [B, K] clamped into the cache
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1))    // [B, K, d]
-	if c.positions == Learned {
+	if c.Positions == agrl.Learned {
 		x = graph.Add(x, graph.Gather(w.pos, graph.InsertAxes(posC, -1))) // + pos[posC]
 	}
 	rowMask := graph.Reshape(graph.BroadcastToDims(graph.Reshape(graph.ConvertDType(valid, dtypes.Float32), b, 1, k, 1),
-		b, c.heads, k, 1), bh, k, 1) // [B·H, K, 1]
-	posH := graph.Reshape(graph.BroadcastToDims(graph.Reshape(posC, b, 1, k), b, c.heads, k), bh, k) // [B·H, K]
+		b, c.Heads, k, 1), bh, k, 1) // [B·H, K, 1]
+	posH := graph.Reshape(graph.BroadcastToDims(graph.Reshape(posC, b, 1, k), b, c.Heads, k), bh, k) // [B·H, K]
 	var cos, sin *graph.Node                                                                         // RoPE rotations [B·H, K, hd]
-	if c.positions == RoPE {
+	if c.Positions == agrl.RoPE {
 		cos, sin = graph.Gather(w.cos, graph.InsertAxes(posH, -1)), graph.Gather(w.sin, graph.InsertAxes(posH, -1))
 	}
 	idx := graph.Stack([]*graph.Node{graph.Iota(g, i32(bh, k), 0), posH}, -1) // [B·H, K, 2]: (n, pos)
-	posQ := graph.Reshape(graph.BroadcastToDims(graph.Reshape(pos, b, 1, k, 1), b, c.heads, k, 1), bh, k, 1)
+	posQ := graph.Reshape(graph.BroadcastToDims(graph.Reshape(pos, b, 1, k, 1), b, c.Heads, k, 1), bh, k, 1)
 	visible := graph.LessOrEqual(graph.Iota(g, i32(bh, k, cl), 2), posQ) // [B·H, K, C]
 	negInf := graph.Const(g, float32(maskedLogit))
 	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
@@ -634,19 +482,19 @@ func (c LM) extend(w *weights, tokens, start, count, invT *graph.Node, caches []
 
 // ropeTables returns RoPE's cos and sin tables [context, hd] as constants: column i and
 // i+hd/2 rotate together by angle pos·θ^(−2i/hd).
-func (c LM) ropeTables(g *graph.Graph) (cos, sin *graph.Node) {
-	hd := c.width / c.heads
+func (c arch) ropeTables(g *graph.Graph) (cos, sin *graph.Node) {
+	hd := c.Width / c.Heads
 	half := hd / 2
-	cs, sn := make([]float32, c.context*hd), make([]float32, c.context*hd)
-	for p := range c.context {
+	cs, sn := make([]float32, c.Context*hd), make([]float32, c.Context*hd)
+	for p := range c.Context {
 		for i := range half {
 			a := float64(p) * math.Pow(ropeBase, -2*float64(i)/float64(hd))
 			cs[p*hd+i], cs[p*hd+i+half] = float32(math.Cos(a)), float32(math.Cos(a))
 			sn[p*hd+i], sn[p*hd+i+half] = float32(math.Sin(a)), float32(math.Sin(a))
 		}
 	}
-	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, c.context, hd)),
-		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, c.context, hd))
+	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, c.Context, hd)),
+		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, c.Context, hd))
 }
 
 // rope rotates x [N, T, hd] by position: x·cos + rotate_half(x)·sin, where rotate_half swaps

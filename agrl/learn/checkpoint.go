@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,55 +40,9 @@ const (
 	defaultKeepCkp = 2
 )
 
-// lmJSON is the saved form of an LM configuration (the backend is a run-time choice and is not
-// saved).
-type lmJSON struct {
-	Width     int        `json:"width"`
-	Layers    int        `json:"layers"`
-	Heads     int        `json:"heads"`
-	Context   int        `json:"context"`
-	MLP       int        `json:"mlp"`
-	Seed      uint64     `json:"seed"`
-	InitStd   float64    `json:"init_std"`
-	Vocab     int        `json:"vocab"`
-	Positions string     `json:"positions,omitempty"`
-	Params    int        `json:"params"`
-	Tokenizer *Tokenizer `json:"tokenizer"`
-}
-
-// MarshalJSON writes the configuration (tokenizer included, backend excluded).
-func (c LM) MarshalJSON() ([]byte, error) {
-	return json.Marshal(lmJSON{Width: c.width, Layers: c.layers, Heads: c.heads, Context: c.context, MLP: c.mlp,
-		Seed: c.seed, InitStd: c.initStd, Vocab: c.Vocab(), Params: c.Params(), Tokenizer: c.tok, Positions: c.positions.String()})
-}
-
-// UnmarshalJSON reads a configuration written by MarshalJSON; the backend is left unset.
-func (c *LM) UnmarshalJSON(b []byte) error {
-	var j lmJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	if j.Tokenizer == nil {
-		return errors.New("agrl: saved LM has no tokenizer")
-	}
-	*c = LM{tok: j.Tokenizer, width: j.Width, layers: j.Layers, heads: j.Heads, context: j.Context, mlp: j.MLP,
-		seed: j.Seed, initStd: j.InitStd}
-	switch j.Positions {
-	case "rope":
-		c.positions = RoPE
-	case "learned", "": // checkpoints written before RoPE existed used learned positions
-	default:
-		return fmt.Errorf("agrl: saved LM has unknown position encoding %q", j.Positions)
-	}
-	if j.Vocab != 0 && j.Vocab != c.Vocab() {
-		return fmt.Errorf("agrl: saved LM has vocabulary %d, its tokenizer %d", j.Vocab, c.Vocab())
-	}
-	return nil
-}
-
 type policyJSON struct {
 	Format int       `json:"format"`
-	LM     LM        `json:"lm"`
+	LM     agrl.LM   `json:"lm"`
 	Saved  time.Time `json:"saved"`
 }
 
@@ -337,7 +293,7 @@ func loadCheckpoint(ckdir, backend string) (*Policy, error) {
 	if meta.Format != policyFormat {
 		return nil, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)
 	}
-	p, err := meta.LM.Backend(backend).Build()
+	p, err := NewPolicy(meta.LM.Backend(backend))
 	if err != nil {
 		return nil, err
 	}
@@ -375,7 +331,7 @@ func loadCheckpoint(ckdir, backend string) (*Policy, error) {
 
 // checkWeightsSaved verifies that the GoMLX checkpoint in ckdir holds every weight of cfg
 // with its shape (a weight it lacks would silently keep its random initial value).
-func checkWeightsSaved(ckdir string, cfg LM) error {
+func checkWeightsSaved(ckdir string, cfg agrl.LM) error {
 	files, _ := filepath.Glob(filepath.Join(ckdir, "checkpoint-*.json"))
 	if len(files) != 1 {
 		return fmt.Errorf("want one GoMLX checkpoint in %s, found %d", ckdir, len(files))
@@ -397,7 +353,7 @@ func checkWeightsSaved(ckdir string, cfg LM) error {
 	for _, v := range saved.Variables {
 		dims[v.ParameterName] = v.Dimensions
 	}
-	for _, w := range cfg.weightSpecs() {
+	for _, w := range (arch{cfg.Spec()}).weightSpecs() {
 		d, ok := dims["var:"+model.JoinPath(lmScope, w.name)]
 		if !ok {
 			return fmt.Errorf("weight %s missing from the checkpoint", w.name)
@@ -415,12 +371,12 @@ func checkWeightsSaved(ckdir string, cfg LM) error {
 func (p *Policy) Clone() (*Policy, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	q, err := p.cfg.Build()
+	q, err := NewPolicy(p.cfg)
 	if err != nil {
 		return nil, err
 	}
 	err = catch(func() error {
-		for _, w := range p.cfg.weightSpecs() {
+		for _, w := range p.arch.weightSpecs() {
 			path := model.JoinPath(lmScope, w.name)
 			val, err := p.store.GetVariable(path).Value()
 			if err != nil {

@@ -1,4 +1,4 @@
-package calc
+package learn_test
 
 import (
 	"os"
@@ -6,9 +6,11 @@ import (
 	"time"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/learn"
+	"agrl.dev/envs/calc"
 )
 
-// TestSFTWarmStartIsWellFormed: behaviour cloning of the expert with the Tiny preset (fixed
+// TestSFTWarmStartIsWellFormed: behaviour cloning of the calculator expert with the Tiny preset (fixed
 // seed, a budget of a few minutes on two cores) yields a policy whose greedy actions on dev
 // tasks follow the protocol at least 95% of the time. Its greedy dev success is logged: that is
 // what GRPO starts from.
@@ -21,7 +23,7 @@ func TestSFTWarmStartIsWellFormed(t *testing.T) {
 		t.Skip("acceptance measurement: run with make acceptance (AGRL_ACCEPTANCE=1)")
 	}
 	start := time.Now()
-	env := New()
+	env := calc.New()
 	mix := agrl.NewMix(1)
 	train, err := mix.Tasks(env, agrl.Train, 1500)
 	if err != nil {
@@ -31,14 +33,14 @@ func TestSFTWarmStartIsWellFormed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	demos, err := agrl.ExpertEpisodes(env, Expert(), train, agrl.Limits{})
+	demos, err := agrl.ExpertEpisodes(env, calc.Expert(), train, agrl.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := agrl.TinyLM().Context(128).Seed(1).MustBuild()
-	rep, err := agrl.SFT().Steps(250).Batch(32).Seed(1).Optimizer(agrl.NewAdamW().LR(2e-3).Warmup(20)).
-		Eval(agrl.RolloutOptions{Sampling: agrl.Sampling{MaxActionTokens: 80}}).
-		Run(p, demos, env, dev)
+	p := learn.MustNewPolicy(agrl.TinyLM().Context(128).Seed(1))
+	rep, err := p.SFT(agrl.SFT().Steps(250).Batch(32).Seed(1).Optimizer(agrl.NewAdamW().LR(2e-3).Warmup(20)).
+		Eval(agrl.RolloutOptions{Sampling: agrl.Sampling{MaxActionTokens: 80}}),
+		demos, env, dev)
 	if err != nil {
 		t.Fatal(err)
 	}

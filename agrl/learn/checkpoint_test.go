@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"errors"
 	"fmt"
 	"math"
@@ -18,7 +20,7 @@ import (
 // weightsOf copies every model weight of p.
 func weightsOf(t testing.TB, p *Policy) map[string][]float32 {
 	out := map[string][]float32{}
-	for _, w := range p.cfg.weightSpecs() {
+	for _, w := range p.arch.weightSpecs() {
 		v := p.store.GetVariable(model.JoinPath(lmScope, w.name))
 		val, err := v.Value()
 		if err != nil {
@@ -44,18 +46,18 @@ func maxDiff(a, b map[string][]float32) float64 {
 }
 
 // sftBatch is a fixed little behaviour-cloning batch on the toy env.
-func sftBatch(t testing.TB, tok *Tokenizer, n int) TrainBatch {
-	tasks, err := NewMix(9).Tasks(addEnv{}, Train, n)
+func sftBatch(t testing.TB, tok *agrl.Tokenizer, n int) TrainBatch {
+	tasks, err := agrl.NewMix(9).Tasks(addEnv{}, agrl.Train, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps, err := ExpertEpisodes(addEnv{}, addExpert, tasks, Limits{})
+	eps, err := agrl.ExpertEpisodes(addEnv{}, addExpert, tasks, agrl.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := TrainBatch{Values: map[string][][]float32{"mask": nil}}
 	for _, ep := range eps {
-		ids, mask := EncodeEpisode(tok, ep)
+		ids, mask := agrl.EncodeEpisode(tok, ep)
 		m := make([]float32, len(mask))
 		for i, v := range mask {
 			m[i] = float32(v)
@@ -68,9 +70,9 @@ func sftBatch(t testing.TB, tok *Tokenizer, n int) TrainBatch {
 
 func TestCheckpointRoundTripAndResume(t *testing.T) {
 	dir := t.TempDir()
-	opt := NewAdamW().LR(3e-3)
+	opt := agrl.NewAdamW().LR(3e-3)
 	// Uninterrupted: 6 steps.
-	ref := testLM().Seed(4).MustBuild()
+	ref := MustNewPolicy(testLM().Seed(4))
 	batch := sftBatch(t, ref.Tokenizer(), 8)
 	trRef, err := ref.NewTrainer("sft", SFTLoss, []string{"mask"}, opt, 1)
 	if err != nil {
@@ -82,7 +84,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 		}
 	}
 	// Interrupted: 3 steps, save, load into a fresh process-like policy, 3 more steps.
-	p := testLM().Seed(4).MustBuild()
+	p := MustNewPolicy(testLM().Seed(4))
 	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, opt, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +104,7 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 	if d := maxDiff(weightsOf(t, p), weightsOf(t, q)); d != 0 {
 		t.Fatalf("round trip changed weights by %g", d)
 	}
-	if q.Config().Vocab() != p.Config().Vocab() || q.Config().width != p.Config().width {
+	if q.Config().Vocab() != p.Config().Vocab() || q.Config().Spec().Width != p.Config().Spec().Width {
 		t.Fatalf("config not restored: %+v", q.Config())
 	}
 	tr2, err := q.NewTrainer("sft", SFTLoss, []string{"mask"}, opt, 1)
@@ -125,12 +127,12 @@ func TestCheckpointRoundTripAndResume(t *testing.T) {
 
 func TestCheckpointFailedSave(t *testing.T) {
 	dir := t.TempDir()
-	p := testLM().Seed(2).MustBuild()
+	p := MustNewPolicy(testLM().Seed(2))
 	first := weightsOf(t, p)
 	if _, err := p.Save(dir); err != nil {
 		t.Fatal(err)
 	}
-	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW().LR(1e-2), 1)
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +219,7 @@ func ckptNumberOr(name string) int {
 }
 
 func childSaveLoop(dir string) {
-	p := testLM().MustBuild()
+	p := MustNewPolicy(testLM())
 	v := p.store.GetVariable(model.JoinPath(lmScope, "embed"))
 	for i := 1; ; i++ {
 		val := tensors.MustCopyFlatData[float32](v.MustValue())
@@ -234,8 +236,8 @@ func childSaveLoop(dir string) {
 }
 
 func TestClone(t *testing.T) {
-	p := testLM().Seed(12).MustBuild()
-	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW().LR(1e-2), 1)
+	p := MustNewPolicy(testLM().Seed(12))
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package agrl
+package learn
 
 import (
 	"errors"
@@ -98,7 +98,7 @@ func call(e *model.Exec, args ...any) ([]*tensors.Tensor, error) {
 // mustWeights fetches the weights into g or panics (inside graph building, where GoMLX turns
 // the panic into an error).
 func (p *Policy) mustWeights(g *graph.Graph) *weights {
-	w, err := p.cfg.graphWeights(p.store, g)
+	w, err := p.arch.graphWeights(p.store, g)
 	if err != nil {
 		panic(err)
 	}
@@ -138,7 +138,7 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	if p.scoreExec == nil {
 		e, err := p.newExec("score", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
 			w := p.mustWeights(in[0].Graph())
-			logp, ent, _ := p.cfg.tokenStats(w, in[0], in[1])
+			logp, ent, _ := p.arch.tokenStats(w, in[0], in[1])
 			return []*graph.Node{logp, ent}
 		})
 		if err != nil {
@@ -194,13 +194,13 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 // checkSeqs validates sequences given to Score and training.
 func (p *Policy) checkSeqs(seqs [][]int32) error {
 	var errs []error
-	v := int32(p.cfg.Vocab())
+	v := int32(p.arch.Vocab())
 	for i, s := range seqs {
 		switch {
 		case len(s) < 2:
 			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; want at least 2", i, len(s)))
-		case len(s) > p.cfg.context:
-			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), p.cfg.context))
+		case len(s) > p.arch.Context:
+			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), p.arch.Context))
 		}
 		for j, t := range s {
 			if t < 0 || t >= v {
@@ -228,7 +228,7 @@ func (p *Policy) padBatch(seqs [][]int32) (*tensors.Tensor, int) {
 	for _, s := range seqs {
 		maxLen = max(maxLen, len(s))
 	}
-	b, t := bucketBatch(len(seqs)), bucketLen(maxLen, p.cfg.context)
+	b, t := bucketBatch(len(seqs)), bucketLen(maxLen, p.arch.Context)
 	flat := make([]int32, b*t)
 	for i, s := range seqs {
 		copy(flat[i*t:], s)

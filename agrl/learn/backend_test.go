@@ -1,4 +1,4 @@
-package agrl
+package learn
 
 import (
 	"slices"

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"math"
 	"slices"
 	"testing"
@@ -10,51 +12,51 @@ import (
 
 func TestPlayRefactorUnchanged(t *testing.T) {
 	env := addEnv{}
-	tasks, err := NewMix(3).Tasks(env, Train, 5)
+	tasks, err := agrl.NewMix(3).Tasks(env, agrl.Train, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, task := range tasks {
-		ep, err := Play(env, task, addExpert, Limits{})
+		ep, err := agrl.Play(env, task, addExpert, agrl.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !ep.Correct || ep.Termination != Answered || len(ep.Turns) != 2 {
+		if !ep.Correct || ep.Termination != agrl.Answered || len(ep.Turns) != 2 {
 			t.Errorf("expert episode: %v", ep)
 		}
 	}
-	bad := AgentFunc(func(*Episode) (string, error) { return "no tags here", nil })
-	ep, _ := Play(env, tasks[0], bad, Limits{MaxInvalid: 2})
-	if ep.Termination != TooManyInvalid || len(ep.Turns) != 2 {
+	bad := agrl.AgentFunc(func(*agrl.Episode) (string, error) { return "no tags here", nil })
+	ep, _ := agrl.Play(env, tasks[0], bad, agrl.Limits{MaxInvalid: 2})
+	if ep.Termination != agrl.TooManyInvalid || len(ep.Turns) != 2 {
 		t.Errorf("invalid agent: %v", ep)
 	}
-	loop := AgentFunc(func(*Episode) (string, error) { return ToolAction("add", "1+1"), nil })
-	ep, _ = Play(env, tasks[0], loop, Limits{MaxTurns: 4})
-	if ep.Termination != MaxTurnsReached || len(ep.Turns) != 4 {
+	loop := agrl.AgentFunc(func(*agrl.Episode) (string, error) { return agrl.ToolAction("add", "1+1"), nil })
+	ep, _ = agrl.Play(env, tasks[0], loop, agrl.Limits{MaxTurns: 4})
+	if ep.Termination != agrl.MaxTurnsReached || len(ep.Turns) != 4 {
 		t.Errorf("looping agent: %v", ep)
 	}
-	ep, _ = Play(env, tasks[0], loop, Limits{MaxTurns: 50, MaxBytes: 60})
-	if ep.Termination != TokenBudget {
+	ep, _ = agrl.Play(env, tasks[0], loop, agrl.Limits{MaxTurns: 50, MaxBytes: 60})
+	if ep.Termination != agrl.TokenBudget {
 		t.Errorf("byte budget: %v", ep)
 	}
 }
 
 func TestEncodeEpisode(t *testing.T) {
-	tok := ASCIITokenizer()
+	tok := agrl.ASCIITokenizer()
 	env := addEnv{}
-	task, _ := env.Generate(nil2(), Easy)
-	ep, err := Play(env, task, addExpert, Limits{})
+	task, _ := env.Generate(nil2(), agrl.Easy)
+	ep, err := agrl.Play(env, task, addExpert, agrl.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids, mask := EncodeEpisode(tok, ep)
-	if len(ids) != len(mask) || ids[0] != BOS {
+	ids, mask := agrl.EncodeEpisode(tok, ep)
+	if len(ids) != len(mask) || ids[0] != agrl.BOS {
 		t.Fatalf("bad encoding %v %v", ids, mask)
 	}
-	want := "<bos>" + ep.Prompt + ep.Turns[0].Text + Observation(ep.Turns[0].Observation) + ep.Turns[1].Text
+	want := "<bos>" + ep.Prompt + ep.Turns[0].Text + agrl.Observation(ep.Turns[0].Observation) + ep.Turns[1].Text
 	var got string
 	for _, id := range ids {
-		if id == BOS {
+		if id == agrl.BOS {
 			got += "<bos>"
 		} else {
 			got += tok.Token(id)
@@ -75,13 +77,13 @@ func TestEncodeEpisode(t *testing.T) {
 }
 
 func TestRolloutUntrained(t *testing.T) {
-	p := testLM().MustBuild()
+	p := MustNewPolicy(testLM())
 	env := addEnv{}
-	tasks, err := NewMix(1).Tasks(env, Train, 6)
+	tasks, err := agrl.NewMix(1).Tasks(env, agrl.Train, 6)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := RolloutOptions{Sampling: Sampling{Temperature: 1, Seed: 3, MaxActionTokens: 12}, MaxTokens: 64}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, Seed: 3, MaxActionTokens: 12}, MaxTokens: 64}
 	eps, st, err := p.Rollout(env, tasks, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +100,7 @@ func TestRolloutUntrained(t *testing.T) {
 			t.Fatalf("token fields: %d tokens, %d mask, %d logprobs", len(ep.Tokens), len(ep.LossMask), len(ep.LogProbs))
 		}
 		// An untrained policy writes garbage: invalid actions get a penalised observation.
-		if ep.Turns[0].Action.Kind == Invalid && !slices.Contains([]Termination{TooManyInvalid, TokenBudget, MaxTurnsReached}, ep.Termination) {
+		if ep.Turns[0].Action.Kind == agrl.Invalid && !slices.Contains([]agrl.Termination{agrl.TooManyInvalid, agrl.TokenBudget, agrl.MaxTurnsReached}, ep.Termination) {
 			t.Errorf("termination %s after invalid actions", ep.Termination)
 		}
 		seqs = append(seqs, ep.Tokens)
@@ -137,13 +139,13 @@ func TestRolloutUntrained(t *testing.T) {
 // the log-probs the trainer computes equal those recorded at sampling (DESIGN rule 3: the
 // importance ratio is exactly 1 at the first minibatch).
 func TestEpisodeBatchRatioIsOne(t *testing.T) {
-	p := testLM().MustBuild()
-	tasks, err := NewMix(4).Tasks(addEnv{}, Train, 6)
+	p := MustNewPolicy(testLM())
+	tasks, err := agrl.NewMix(4).Tasks(addEnv{}, agrl.Train, 6)
 	if err != nil {
 		t.Fatal(err)
 	}
 	temp := 0.8
-	eps, _, err := p.Rollout(addEnv{}, tasks, RolloutOptions{Sampling: Sampling{Temperature: temp, Seed: 9, MaxActionTokens: 10}, MaxTokens: 64})
+	eps, _, err := p.Rollout(addEnv{}, tasks, agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: temp, Seed: 9, MaxActionTokens: 10}, MaxTokens: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +163,7 @@ func TestEpisodeBatchRatioIsOne(t *testing.T) {
 		loss := graph.Div(graph.Neg(graph.ReduceAllSum(graph.Mul(graph.Mul(mask, in.Values["adv"]), in.LogProbs))), n)
 		return loss, map[string]*graph.Node{"max_ratio_dev": worst}
 	}
-	tr, err := p.NewTrainer("pg", ratioLoss, []string{"mask", "old_logp", "adv"}, NewAdamW(), temp)
+	tr, err := p.NewTrainer("pg", ratioLoss, []string{"mask", "old_logp", "adv"}, agrl.NewAdamW(), temp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +174,7 @@ func TestEpisodeBatchRatioIsOne(t *testing.T) {
 	if dev := st.Metrics["max_ratio_dev"]; dev > 1e-4 {
 		t.Errorf("importance ratio deviates from 1 by %g before any update", dev)
 	}
-	if _, err := EpisodeBatch([]*Episode{{}}, nil); err == nil {
+	if _, err := EpisodeBatch([]*agrl.Episode{{}}, nil); err == nil {
 		t.Error("an episode without tokens was accepted")
 	}
 	if _, err := EpisodeBatch(eps, map[string][]float64{"adv": {1}}); err == nil {

@@ -1,8 +1,9 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -19,19 +20,19 @@ import (
 // hand with WarmStart, Step and EvaluateSplit (the tutorials do). It is not safe for concurrent
 // use.
 type GRPOTrainer struct {
-	cfg      GRPO
-	resolved GRPOConfig
-	run      *RunWriter
+	cfg      agrl.GRPOSpec
+	resolved agrl.GRPOConfig
+	run      *agrl.RunWriter
 	policy   *Policy
 	ref      *Policy
 	learner  *Trainer
-	env      Env
-	rubric   Rubric
-	splits   map[Split][]Task
+	env      agrl.Env
+	rubric   agrl.Rubric
+	splits   map[agrl.Split][]agrl.Task
 	step     int
-	history  []Metrics
+	history  []agrl.Metrics
 	started  time.Time
-	sft      *SplitSummary
+	sft      *agrl.SplitSummary
 	resumed  bool
 	// priorWall is the wall time a resumed run had spent before its stop.
 	priorWall float64
@@ -40,31 +41,33 @@ type GRPOTrainer struct {
 // Build validates the configuration (reporting every problem at once), creates the run
 // directory (or, when it already holds checkpoints of this run, resumes it), builds or loads
 // the policy and draws the evaluation splits. Nothing is trained yet.
-func (g GRPO) Build() (*GRPOTrainer, error) {
-	if err := g.Validate(); err != nil {
+func Build(g agrl.GRPO) (*GRPOTrainer, error) {
+	if err := errors.Join(g.Validate(), backendProblem(g.Spec().LM.Spec().Backend)); err != nil {
 		return nil, err
 	}
-	t := &GRPOTrainer{cfg: g, resolved: g.Resolved(), env: g.env, rubric: *g.rubric}
-	t.cfg.mix = g.mix.Seed(g.seed)
-	ckdir := filepath.Join(g.out, RunCheckpointsDir)
+	s := g.Spec()
+	t := &GRPOTrainer{cfg: s, resolved: g.Resolved(), env: s.Env, rubric: *s.Rubric}
+	t.cfg.Mix = s.Mix.Seed(s.Seed)
+	ckdir := filepath.Join(s.Out, agrl.RunCheckpointsDir)
 	resume := len(Checkpoints(ckdir)) > 0
-	run, err := CreateRun(g.out, t.resolved, resume)
+	run, err := agrl.CreateRun(s.Out, t.resolved, resume)
 	if err != nil {
 		return nil, err
 	}
 	t.run = run
+	backend := s.LM.Spec().Backend
 	switch {
 	case resume:
-		if t.policy, err = LoadPolicy(ckdir, g.policyConfig().backend); err != nil {
-			return nil, fmt.Errorf("agrl: resuming %s: %w", g.out, err)
+		if t.policy, err = LoadPolicy(ckdir, backend); err != nil {
+			return nil, fmt.Errorf("agrl: resuming %s: %w", s.Out, err)
 		}
 		t.resumed = true
-	case g.from != "":
-		if t.policy, err = LoadPolicy(g.from, g.policyConfig().backend); err != nil {
+	case s.From != "":
+		if t.policy, err = LoadPolicy(s.From, backend); err != nil {
 			return nil, fmt.Errorf("agrl: loading the start policy: %w", err)
 		}
 	default:
-		if t.policy, err = g.policyConfig().Build(); err != nil {
+		if t.policy, err = NewPolicy(s.LM); err != nil {
 			return nil, err
 		}
 	}
@@ -80,8 +83,8 @@ func (g GRPO) Build() (*GRPOTrainer, error) {
 }
 
 // MustBuild is Build for notebooks: it panics on error.
-func (g GRPO) MustBuild() *GRPOTrainer {
-	t, err := g.Build()
+func MustBuild(g agrl.GRPO) *GRPOTrainer {
+	t, err := Build(g)
 	if err != nil {
 		panic(err)
 	}
@@ -89,34 +92,34 @@ func (g GRPO) MustBuild() *GRPOTrainer {
 }
 
 // OnStep replaces the per-step callback (for progress bars and live plots).
-func (t *GRPOTrainer) OnStep(fn func(Metrics)) { t.cfg.onStep = fn }
+func (t *GRPOTrainer) OnStep(fn func(agrl.Metrics)) { t.cfg.OnStep = fn }
 
 // Policy returns the policy being trained.
 func (t *GRPOTrainer) Policy() *Policy { return t.policy }
 
 // Run returns the run directory writer.
-func (t *GRPOTrainer) Run() *RunWriter { return t.run }
+func (t *GRPOTrainer) Run() *agrl.RunWriter { return t.run }
 
 // StepNumber returns the number of GRPO steps taken so far (resumed runs included).
 func (t *GRPOTrainer) StepNumber() int { return t.step }
 
 // History returns the metrics of every step taken by this process (and, when resumed, the
 // steps read back from metrics.jsonl).
-func (t *GRPOTrainer) History() []Metrics { return t.history }
+func (t *GRPOTrainer) History() []agrl.Metrics { return t.history }
 
 // Tasks returns the evaluation tasks of a split (Dev, Test or OOD).
-func (t *GRPOTrainer) Tasks(s Split) []Task { return t.splits[s] }
+func (t *GRPOTrainer) Tasks(s agrl.Split) []agrl.Task { return t.splits[s] }
 
 func (t *GRPOTrainer) say(format string, args ...any) {
-	if t.cfg.progress != nil {
-		t.cfg.progress(fmt.Sprintf(format, args...))
+	if t.cfg.Progress != nil {
+		t.cfg.Progress(fmt.Sprintf(format, args...))
 	}
 }
 
 func (t *GRPOTrainer) drawSplits() error {
-	t.splits = map[Split][]Task{}
-	for _, s := range []Split{Dev, Test, OOD} {
-		tasks, err := t.cfg.mix.Tasks(t.env, s, t.cfg.evalN)
+	t.splits = map[agrl.Split][]agrl.Task{}
+	for _, s := range []agrl.Split{agrl.Dev, agrl.Test, agrl.OOD} {
+		tasks, err := t.cfg.Mix.Tasks(t.env, s, t.cfg.EvalTasks)
 		if err != nil {
 			return err
 		}
@@ -131,9 +134,9 @@ func (t *GRPOTrainer) restoreProgress() error {
 	if err := t.ensureLearner(); err != nil {
 		return err
 	}
-	per := t.cfg.epochs * t.cfg.minibatches
+	per := t.cfg.Epochs * t.cfg.Minibatches
 	t.step = t.learner.Steps() / per
-	r, err := OpenRun(t.cfg.out)
+	r, err := agrl.OpenRun(t.cfg.Out)
 	if err != nil {
 		return err
 	}
@@ -142,38 +145,25 @@ func (t *GRPOTrainer) restoreProgress() error {
 			t.history = append(t.history, m)
 		}
 	}
-	if err := rewriteMetrics(t.cfg.out, t.history); err != nil {
+	if err := t.run.RewriteMetrics(t.history); err != nil {
 		return err
 	}
 	if r.Summary != nil {
 		t.sft, t.priorWall = r.Summary.SFT, r.Summary.WallSeconds
 	}
-	t.say("resumed %s at step %d", t.cfg.out, t.step)
+	t.say("resumed %s at step %d", t.cfg.Out, t.step)
 	return nil
-}
-
-// rewriteMetrics replaces metrics.jsonl with the given lines (atomically).
-func rewriteMetrics(dir string, ms []Metrics) error {
-	var buf []byte
-	for _, m := range ms {
-		b, err := json.Marshal(nanSafe(m))
-		if err != nil {
-			return err
-		}
-		buf = append(append(buf, b...), '\n')
-	}
-	return writeFileAtomic(filepath.Join(dir, RunMetricsFile), buf)
 }
 
 func (t *GRPOTrainer) ensureLearner() error {
 	if t.learner != nil {
 		return nil
 	}
-	loss := grpoLoss(t.cfg.epsLow, t.cfg.epsHigh, t.cfg.kl, t.cfg.klEst)
+	loss := grpoLoss(t.cfg.ClipLow, t.cfg.ClipHigh, t.cfg.KL, t.cfg.KLEstimator)
 	// A schedule without its own horizon decays over the whole run: every optimizer step of
 	// every GRPO step.
-	opt := t.cfg.opt.withHorizon(t.cfg.steps * t.cfg.epochs * t.cfg.minibatches)
-	l, err := t.policy.NewTrainer("grpo", loss, grpoValues, opt, t.cfg.trainTemp)
+	opt := t.cfg.Optimizer.ForSteps(t.cfg.Steps * t.cfg.Epochs * t.cfg.Minibatches)
+	l, err := t.policy.NewTrainer("grpo", loss, grpoValues, opt, t.cfg.Temperature)
 	if err != nil {
 		return err
 	}
@@ -193,7 +183,7 @@ func (t *GRPOTrainer) ensureReference() error {
 			return fmt.Errorf("agrl: saving the reference policy: %w", err)
 		}
 	}
-	ref, err := LoadPolicy(dir, t.cfg.policyConfig().backend)
+	ref, err := LoadPolicy(dir, t.cfg.LM.Spec().Backend)
 	if err != nil {
 		return fmt.Errorf("agrl: loading the reference policy: %w", err)
 	}
@@ -202,15 +192,15 @@ func (t *GRPOTrainer) ensureReference() error {
 }
 
 // rolloutOptions returns the options of training (train=true) or evaluation rollouts.
-func (t *GRPOTrainer) rolloutOptions(train bool, seed uint64) RolloutOptions {
-	temp := t.cfg.evalTemp
+func (t *GRPOTrainer) rolloutOptions(train bool, seed uint64) agrl.RolloutOptions {
+	temp := t.cfg.EvalTemperature
 	if train {
-		temp = t.cfg.trainTemp
+		temp = t.cfg.Temperature
 	}
-	return RolloutOptions{
-		Sampling:  Sampling{Temperature: temp, Seed: seed, MaxActionTokens: t.cfg.maxActionTokens},
-		Limits:    Limits{MaxTurns: t.cfg.maxTurns},
-		MaxTokens: t.cfg.maxTokens,
+	return agrl.RolloutOptions{
+		Sampling:  agrl.Sampling{Temperature: temp, Seed: seed, MaxActionTokens: t.cfg.MaxActionTokens},
+		Limits:    agrl.Limits{MaxTurns: t.cfg.MaxTurns},
+		MaxTokens: t.cfg.MaxTokens,
 	}
 }
 
@@ -218,7 +208,7 @@ func (t *GRPOTrainer) rolloutOptions(train bool, seed uint64) RolloutOptions {
 // an uninterrupted one would.
 func (t *GRPOTrainer) seedFor(purpose string, step int) uint64 {
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%d\x00%s\x00%d", t.cfg.seed, purpose, step)
+	fmt.Fprintf(h, "%d\x00%s\x00%d", t.cfg.Seed, purpose, step)
 	return h.Sum64()
 }
 
@@ -226,12 +216,12 @@ func (t *GRPOTrainer) seedFor(purpose string, step int) uint64 {
 // on every split: the "before" (summary key "sft") of the before/after table. A run started
 // From a checkpoint has no warm start; its starting policy is evaluated as the "before". A
 // no-op when resuming a run that already did it, and for a fresh policy without a warm start.
-func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
+func (t *GRPOTrainer) WarmStart() (*agrl.SFTReport, error) {
 	if t.resumed || t.step > 0 {
 		return nil, nil
 	}
-	if t.cfg.sft == nil {
-		if t.cfg.from == "" {
+	if t.cfg.SFT == nil {
+		if t.cfg.From == "" {
 			return nil, nil
 		}
 		return nil, t.evaluateStart()
@@ -242,8 +232,8 @@ func (t *GRPOTrainer) WarmStart() (*SFTReport, error) {
 		return nil, err
 	}
 	t.say("warm start: SFT on %d demonstration episodes", len(demos))
-	sft := *t.cfg.sft
-	rep, err := sft.run(t.policy, demos, firstStep, nil, nil)
+	sft := *t.cfg.SFT
+	rep, err := t.policy.sft(sft, demos, firstStep, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("agrl: warm start: %w", err)
 	}
@@ -266,65 +256,65 @@ func (t *GRPOTrainer) evaluateStart() error {
 
 // demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share,
 // and returns with each episode the first SFT step that may draw it (its demo's After).
-func (t *GRPOTrainer) demoEpisodes() ([]*Episode, []int, error) {
-	mix := t.cfg.mix
-	if t.cfg.demoMix != nil {
-		mix = *t.cfg.demoMix
+func (t *GRPOTrainer) demoEpisodes() ([]*agrl.Episode, []int, error) {
+	mix := t.cfg.Mix
+	if t.cfg.DemoMix != nil {
+		mix = *t.cfg.DemoMix
 	}
-	stream, err := mix.Seed(t.seedFor("demos", 0)).Stream(t.env, Train)
+	stream, err := mix.Seed(t.seedFor("demos", 0)).Stream(t.env, agrl.Train)
 	if err != nil {
 		return nil, nil, err
 	}
 	total := 0.0
-	for _, d := range t.cfg.demos {
+	for _, d := range t.cfg.Demos {
 		total += d.Weight
 	}
 	if total <= 0 {
 		return nil, nil, errors.New("agrl: warm start: demo weights sum to 0")
 	}
-	rng := rand.New(rand.NewPCG(t.cfg.seed, 0x64656d6f)) // "demo"
-	lim := Limits{MaxTurns: t.cfg.maxTurns}
-	eps := make([]*Episode, 0, t.cfg.nDemo)
-	first := make([]int, 0, t.cfg.nDemo)
-	for range t.cfg.nDemo {
+	rng := rand.New(rand.NewPCG(t.cfg.Seed, 0x64656d6f)) // "demo"
+	lim := agrl.Limits{MaxTurns: t.cfg.MaxTurns}
+	eps := make([]*agrl.Episode, 0, t.cfg.DemoEpisodes)
+	first := make([]int, 0, t.cfg.DemoEpisodes)
+	for range t.cfg.DemoEpisodes {
 		task, err := stream.Next()
 		if err != nil {
 			return nil, nil, err
 		}
-		u, demo := rng.Float64()*total, t.cfg.demos[len(t.cfg.demos)-1]
-		for _, d := range t.cfg.demos {
+		u, demo := rng.Float64()*total, t.cfg.Demos[len(t.cfg.Demos)-1]
+		for _, d := range t.cfg.Demos {
 			if u < d.Weight {
 				demo = d
 				break
 			}
 			u -= d.Weight
 		}
-		ep, err := Play(t.env, task, demo.Agent, lim)
+		ep, err := agrl.Play(t.env, task, demo.Agent, lim)
 		if err != nil {
 			return nil, nil, fmt.Errorf("agrl: warm start demonstration: %w", err)
 		}
 		eps = append(eps, ep)
-		first = append(first, 1+int(math.Ceil(demo.After*float64(t.cfg.sft.steps))))
+		first = append(first, 1+int(math.Ceil(demo.After*float64(t.cfg.SFT.Spec().Steps))))
 	}
 	return eps, first, nil
 }
 
 // EvaluateSplit plays k episodes of each task of the split with the current policy at the
 // evaluation temperature, scores them and summarises them.
-func (t *GRPOTrainer) EvaluateSplit(s Split, k int) (EvalResult, []*Episode, error) {
+func (t *GRPOTrainer) EvaluateSplit(s agrl.Split, k int) (agrl.EvalResult, []*agrl.Episode, error) {
 	return EvaluatePolicy(t.policy, t.env, t.rubric, t.splits[s], k, t.rolloutOptions(false, t.seedFor("eval-"+s.String(), t.step)))
 }
 
 // EvaluatePolicy plays k episodes of every task with the policy, scores them with the rubric and
 // summarises them (success, pass@k, mean reward, rates).
-func EvaluatePolicy(p *Policy, env Env, rubric Rubric, tasks []Task, k int, opt RolloutOptions) (EvalResult, []*Episode, error) {
+func EvaluatePolicy(p *Policy, env agrl.Env, rubric agrl.Rubric, tasks []agrl.Task, k int, opt agrl.RolloutOptions) (agrl.EvalResult, []*agrl.Episode, error) {
 	if k < 1 {
-		return EvalResult{}, nil, fmt.Errorf("agrl: evaluation needs k >= 1, got %d", k)
+		return agrl.EvalResult{}, nil, fmt.Errorf("agrl: evaluation needs k >= 1, got %d", k)
 	}
 	if len(tasks) == 0 {
-		return EvalResult{}, nil, errors.New("agrl: evaluation of no tasks")
+		return agrl.EvalResult{}, nil, errors.New("agrl: evaluation of no tasks")
 	}
-	batch := make([]Task, 0, len(tasks)*k)
+	batch := make([]agrl.Task, 0, len(tasks)*k)
 	for _, task := range tasks {
 		for range k {
 			batch = append(batch, task)
@@ -332,35 +322,35 @@ func EvaluatePolicy(p *Policy, env Env, rubric Rubric, tasks []Task, k int, opt 
 	}
 	eps, _, err := p.Rollout(env, batch, opt)
 	if err != nil {
-		return EvalResult{}, nil, err
+		return agrl.EvalResult{}, nil, err
 	}
 	for _, ep := range eps {
 		if _, err := rubric.Score(ep); err != nil {
-			return EvalResult{}, nil, err
+			return agrl.EvalResult{}, nil, err
 		}
 	}
-	res, err := Evaluate(eps)
+	res, err := agrl.Evaluate(eps)
 	return res, eps, err
 }
 
 // evaluateAll evaluates on dev, test and OOD (k=1), logs each to eval.jsonl with the label and
 // returns the headline numbers.
-func (t *GRPOTrainer) evaluateAll(label string, step int) (*SplitSummary, error) {
-	sum := &SplitSummary{}
-	for _, s := range []Split{Dev, Test, OOD} {
+func (t *GRPOTrainer) evaluateAll(label string, step int) (*agrl.SplitSummary, error) {
+	sum := &agrl.SplitSummary{}
+	for _, s := range []agrl.Split{agrl.Dev, agrl.Test, agrl.OOD} {
 		res, _, err := t.EvaluateSplit(s, 1)
 		if err != nil {
 			return nil, fmt.Errorf("agrl: evaluating %s on %s: %w", label, s, err)
 		}
-		if err := t.run.LogEval(EvalRecord{Step: step, Split: s.String(), Label: label, EvalResult: res}); err != nil {
+		if err := t.run.LogEval(agrl.EvalRecord{Step: step, Split: s.String(), Label: label, EvalResult: res}); err != nil {
 			return nil, err
 		}
 		switch s {
-		case Dev:
+		case agrl.Dev:
 			sum.DevSuccess, sum.MeanReward = res.Success, res.MeanReward
-		case Test:
+		case agrl.Test:
 			sum.TestSuccess = res.Success
-		case OOD:
+		case agrl.OOD:
 			sum.OODSuccess = res.Success
 		}
 		t.say("%s %s: success %.3f, reward %.3f, tool calls %.2f", label, s, res.Success, res.MeanReward, res.ToolCallRate)
@@ -369,14 +359,14 @@ func (t *GRPOTrainer) evaluateAll(label string, step int) (*SplitSummary, error)
 }
 
 func (t *GRPOTrainer) writeSummary(status string) error {
-	return t.run.WriteSummary(Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step,
+	return t.run.WriteSummary(agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step,
 		Backend: t.policy.Backend().Name(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status})
 }
 
 // TrainResult is what Train returns: the steps' metrics and the summary it wrote.
 type TrainResult struct {
-	History []Metrics
-	Summary Summary
+	History []agrl.Metrics
+	Summary agrl.Summary
 }
 
 // Train runs the whole loop: the warm start (if configured), then GRPO steps with periodic
@@ -407,11 +397,11 @@ func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
 }
 
 // train is Train's loop; Train records how it ended.
-func (t *GRPOTrainer) train(ctx context.Context) (*Summary, error) {
+func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 	if _, err := t.WarmStart(); err != nil {
 		return nil, err
 	}
-	for t.step < t.cfg.steps {
+	for t.step < t.cfg.Steps {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -419,20 +409,20 @@ func (t *GRPOTrainer) train(ctx context.Context) (*Summary, error) {
 		if err != nil {
 			return nil, err
 		}
-		if t.cfg.onStep != nil {
-			t.cfg.onStep(m)
+		if t.cfg.OnStep != nil {
+			t.cfg.OnStep(m)
 		}
-		if every(t.cfg.evalEvery, t.step) && t.step < t.cfg.steps {
-			res, _, err := t.EvaluateSplit(Dev, 1)
+		if every(t.cfg.EvalEvery, t.step) && t.step < t.cfg.Steps {
+			res, _, err := t.EvaluateSplit(agrl.Dev, 1)
 			if err != nil {
 				return nil, err
 			}
-			if err := t.run.LogEval(EvalRecord{Step: t.step, Split: Dev.String(), EvalResult: res}); err != nil {
+			if err := t.run.LogEval(agrl.EvalRecord{Step: t.step, Split: agrl.Dev.String(), EvalResult: res}); err != nil {
 				return nil, err
 			}
 			t.say("step %d dev: success %.3f, reward %.3f", t.step, res.Success, res.MeanReward)
 		}
-		if every(t.cfg.ckptEvery, t.step) && t.step < t.cfg.steps {
+		if every(t.cfg.CheckpointEvery, t.step) && t.step < t.cfg.Steps {
 			if err := t.checkpoint(); err != nil {
 				return nil, err
 			}
@@ -445,7 +435,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := Summary{Env: t.env.Name(), Seed: t.cfg.seed, Steps: t.step, Backend: t.policy.Backend().Name(),
+	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step, Backend: t.policy.Backend().Name(),
 		WallSeconds: t.wallSeconds(), SFT: t.sft, Final: final, Status: "completed"}
 	if err := t.run.WriteSummary(s); err != nil {
 		return nil, err
@@ -480,7 +470,7 @@ func (t *GRPOTrainer) checkpoint() error {
 
 // Step takes one GRPO step and returns its metrics (also appended to metrics.jsonl). It reads
 // top to bottom: rollout → score → advantages → loss → update → log.
-func (t *GRPOTrainer) Step() (Metrics, error) {
+func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	start := time.Now()
 	if err := t.ensureLearner(); err != nil {
 		return nil, err
@@ -503,7 +493,7 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 	// 4. Loss inputs: per-token advantages, sampled log-probs, reference log-probs and the
 	//    normalisation weights, for every minibatch.
 	update := time.Now()
-	refScores, err := t.ref.Score(tokensOf(eps), t.cfg.trainTemp)
+	refScores, err := t.ref.Score(tokensOf(eps), t.cfg.Temperature)
 	if err != nil {
 		return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
 	}
@@ -517,12 +507,12 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 	agg := map[string]float64{}
 	var gradNorm, loss, lr float64
 	trained := 0
-	for epoch := 0; epoch < t.cfg.epochs; epoch++ {
+	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
 		if epoch > 0 {
 			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		}
-		for mb := 0; mb < t.cfg.minibatches; mb++ {
-			idx := order[mb*len(order)/t.cfg.minibatches : (mb+1)*len(order)/t.cfg.minibatches]
+		for mb := 0; mb < t.cfg.Minibatches; mb++ {
+			idx := order[mb*len(order)/t.cfg.Minibatches : (mb+1)*len(order)/t.cfg.Minibatches]
 			batch := t.batch(eps, adv, refScores, idx, epoch == 0 && mb == 0)
 			st, err := t.learner.Step(batch)
 			if err != nil {
@@ -558,7 +548,7 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 	if err := t.run.LogMetrics(m); err != nil {
 		return m, err
 	}
-	if every(t.cfg.trajEvery, step) || step == 1 {
+	if every(t.cfg.TrajectoriesEvery, step) || step == 1 {
 		if err := t.run.SaveTrajectories(step, pickTrajectories(eps, 4)); err != nil {
 			return m, err
 		}
@@ -568,7 +558,7 @@ func (t *GRPOTrainer) Step() (Metrics, error) {
 
 // checkFinite returns an error when a model weight holds NaN or Inf.
 func (p *Policy) checkFinite() error {
-	for _, w := range p.cfg.weightSpecs() {
+	for _, w := range p.arch.weightSpecs() {
 		v := p.store.GetVariable(lmScope + "/" + w.name)
 		if v == nil {
 			continue
@@ -588,7 +578,7 @@ func (p *Policy) checkFinite() error {
 
 func bad(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
 
-func tokensOf(eps []*Episode) [][]int32 {
+func tokensOf(eps []*agrl.Episode) [][]int32 {
 	out := make([][]int32, len(eps))
 	for i, ep := range eps {
 		out[i] = ep.Tokens
@@ -605,21 +595,21 @@ type rollStats struct {
 
 // collect samples and scores the step's groups (refilling all-equal groups when dynamic
 // sampling is on) and returns episodes, rewards and advantages aligned with each other.
-func (t *GRPOTrainer) collect(step int) ([]*Episode, []float64, []float64, rollStats, error) {
+func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, rollStats, error) {
 	var st rollStats
-	G, want := t.cfg.group, t.cfg.tasksPerStep
-	stream, err := t.cfg.mix.Seed(t.seedFor("tasks", step)).Stream(t.env, Train)
+	G, want := t.cfg.Group, t.cfg.TasksPerStep
+	stream, err := t.cfg.Mix.Seed(t.seedFor("tasks", step)).Stream(t.env, agrl.Train)
 	if err != nil {
 		return nil, nil, nil, st, err
 	}
-	var eps []*Episode
+	var eps []*agrl.Episode
 	var rewards, adv []float64
 	for round := 0; len(eps) < want*G && round < 4; round++ {
 		need := want - len(eps)/G
 		if round > 0 {
 			st.refills++
 		}
-		batch := make([]Task, 0, need*G)
+		batch := make([]agrl.Task, 0, need*G)
 		for range need {
 			task, err := stream.Next()
 			if err != nil {
@@ -642,7 +632,7 @@ func (t *GRPOTrainer) collect(step int) ([]*Episode, []float64, []float64, rollS
 				return nil, nil, nil, st, err
 			}
 		}
-		a, gs, err := GroupAdvantages(r, G, t.cfg.advNorm)
+		a, gs, err := agrl.GroupAdvantages(r, G, t.cfg.AdvantageNorm)
 		if err != nil {
 			return nil, nil, nil, st, err
 		}
@@ -654,7 +644,7 @@ func (t *GRPOTrainer) collect(step int) ([]*Episode, []float64, []float64, rollS
 			for _, v := range a[gi : gi+G] {
 				allEqual = allEqual && v == 0
 			}
-			if t.cfg.dynamic && allEqual && round < 3 {
+			if t.cfg.DynamicSampling && allEqual && round < 3 {
 				st.dropped++
 				continue
 			}
@@ -662,7 +652,7 @@ func (t *GRPOTrainer) collect(step int) ([]*Episode, []float64, []float64, rollS
 			rewards = append(rewards, r[gi:gi+G]...)
 			adv = append(adv, a[gi:gi+G]...)
 		}
-		if !t.cfg.dynamic {
+		if !t.cfg.DynamicSampling {
 			break
 		}
 	}
@@ -671,7 +661,7 @@ func (t *GRPOTrainer) collect(step int) ([]*Episode, []float64, []float64, rollS
 
 // batch builds the optimizer batch of the episodes at idx: per-token mask, advantage, old and
 // reference log-probs, and the normalisation weights of the loss.
-func (t *GRPOTrainer) batch(eps []*Episode, adv []float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
+func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
 	b := TrainBatch{Values: map[string][][]float32{}}
 	masks := make([][]float32, len(idx))
 	seqTokens := make([]int, len(idx))
@@ -679,7 +669,7 @@ func (t *GRPOTrainer) batch(eps []*Episode, adv []float64, ref []TokenScores, id
 	for k, i := range idx {
 		ep := eps[i]
 		m := make([]float32, len(ep.Tokens))
-		if !(t.cfg.maskTruncated && ep.Termination == TokenBudget) {
+		if !(t.cfg.MaskTruncated && ep.Termination == agrl.TokenBudget) {
 			for j, v := range ep.LossMask {
 				m[j] = float32(v)
 				seqTokens[k] += int(v)
@@ -698,12 +688,12 @@ func (t *GRPOTrainer) batch(eps []*Episode, adv []float64, ref []TokenScores, id
 		// chunk): token-mean divides by all policy tokens of the batch; seq-mean by each
 		// sequence's tokens and the number of sequences; Dr. GRPO by sequences × budget.
 		var scale float64
-		switch t.cfg.lossNorm {
-		case SeqMean:
+		switch t.cfg.LossNorm {
+		case agrl.SeqMean:
 			if seqTokens[k] > 0 {
 				scale = 1 / (float64(seqTokens[k]) * float64(len(idx)))
 			}
-		case ConstNorm:
+		case agrl.ConstNorm:
 			scale = 1 / (float64(len(idx)) * float64(budget))
 		default:
 			if total > 0 {
@@ -734,8 +724,8 @@ func (t *GRPOTrainer) batch(eps []*Episode, adv []float64, ref []TokenScores, id
 }
 
 // stepMetrics computes the episode-level metrics of a step (DESIGN §2 rule 10).
-func (t *GRPOTrainer) stepMetrics(eps []*Episode, rewards []float64, st rollStats) Metrics {
-	m := Metrics{}
+func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rollStats) agrl.Metrics {
+	m := agrl.Metrics{}
 	n := float64(len(eps))
 	mean, sq := 0.0, 0.0
 	for _, r := range rewards {
@@ -757,7 +747,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*Episode, rewards []float64, st rollStat
 			length += float64(v)
 		}
 		turns += float64(len(ep.Turns))
-		truncated += b2f(ep.Termination == TokenBudget)
+		truncated += b2f(ep.Termination == agrl.TokenBudget)
 		callEps += b2f(ep.ToolCalls() > 0)
 		calls += float64(ep.ToolCalls())
 		callErrs += float64(ep.ToolErrors())
@@ -788,8 +778,8 @@ func ratio(a, b float64) float64 {
 }
 
 // pickTrajectories keeps up to k successes and k failures (the lowest rewards first).
-func pickTrajectories(eps []*Episode, k int) []*Episode {
-	var wins, losses []*Episode
+func pickTrajectories(eps []*agrl.Episode, k int) []*agrl.Episode {
+	var wins, losses []*agrl.Episode
 	for _, ep := range eps {
 		if ep.Correct {
 			wins = append(wins, ep)
@@ -799,4 +789,11 @@ func pickTrajectories(eps []*Episode, k int) []*Episode {
 	}
 	sort.SliceStable(losses, func(i, j int) bool { return losses[i].Reward < losses[j].Reward })
 	return append(wins[:min(k, len(wins))], losses[:min(k, len(losses))]...)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

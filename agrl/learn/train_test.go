@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"math"
 	"slices"
 	"testing"
@@ -19,8 +21,8 @@ func advLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 
 // oneStep returns the weights after one AdamW step on b from the seed-6 test model, and the loss.
 func oneStep(t *testing.T, b TrainBatch) (map[string][]float32, float64) {
-	p := testLM().Seed(6).MustBuild()
-	tr, err := p.NewTrainer("pg", advLoss, []string{"mask", "adv"}, NewAdamW().LR(1e-2), 1)
+	p := MustNewPolicy(testLM().Seed(6))
+	tr, err := p.NewTrainer("pg", advLoss, []string{"mask", "adv"}, agrl.NewAdamW().LR(1e-2), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,10 +34,10 @@ func oneStep(t *testing.T, b TrainBatch) (map[string][]float32, float64) {
 }
 
 func TestLossMasking(t *testing.T) {
-	tok := ASCIITokenizer()
+	tok := agrl.ASCIITokenizer()
 	// Prompt, an action, an observation, an action, then a trailing observation.
 	build := func(lastObs string) ([]int32, []float32) {
-		ids := tok.AppendEncode([]int32{BOS}, "What is 2+3?")
+		ids := tok.AppendEncode([]int32{agrl.BOS}, "What is 2+3?")
 		mask := make([]float32, len(ids))
 		add := func(text string, m float32) {
 			n := len(ids)
@@ -80,7 +82,7 @@ func TestLossMasking(t *testing.T) {
 		t.Errorf("changing masked values changed the update by %g", d)
 	}
 	// And the loss is the masked mean the scorer gives.
-	p := testLM().Seed(6).MustBuild()
+	p := MustNewPolicy(testLM().Seed(6))
 	sc, err := p.Score([][]int32{ids1, ids1[:20]}, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -101,33 +103,33 @@ func TestLossMasking(t *testing.T) {
 }
 
 func TestTrainerValidation(t *testing.T) {
-	p := testLM().MustBuild()
-	if _, err := p.NewTrainer("bad name", nil, []string{"a", "a"}, NewAdamW().LR(-1), 0); err == nil {
+	p := MustNewPolicy(testLM())
+	if _, err := p.NewTrainer("bad name", nil, []string{"a", "a"}, agrl.NewAdamW().LR(-1), 0); err == nil {
 		t.Fatal("bad trainer accepted")
 	}
-	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW(), 1)
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW(), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = tr.Step(TrainBatch{Tokens: [][]int32{{BOS, 20, 21}}, Values: map[string][][]float32{"mask": {{0, 1}}}})
+	_, err = tr.Step(TrainBatch{Tokens: [][]int32{{agrl.BOS, 20, 21}}, Values: map[string][][]float32{"mask": {{0, 1}}}})
 	if err == nil {
 		t.Error("misaligned values accepted")
 	}
-	_, err = tr.Step(TrainBatch{Tokens: [][]int32{{BOS, 20, 21}}})
+	_, err = tr.Step(TrainBatch{Tokens: [][]int32{{agrl.BOS, 20, 21}}})
 	if err == nil {
 		t.Error("missing values accepted")
 	}
-	if got := NewAdamW().LR(1).Warmup(10).LearningRate(5); got != 0.5 {
+	if got := agrl.NewAdamW().LR(1).Warmup(10).LearningRate(5); got != 0.5 {
 		t.Errorf("warm-up LR %v", got)
 	}
 }
 
 func TestShardedStepMatchesUnsharded(t *testing.T) {
 	var ws []map[string][]float32
-	var stats []StepStats
+	var stats []agrl.StepStats
 	for _, shards := range []int{1, 2, 3} {
-		p := testLM().Seed(8).Shards(shards).MustBuild()
-		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW().LR(1e-2), 1)
+		p := MustNewPolicy(testLM().Seed(8).Shards(shards))
+		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,8 +157,8 @@ func TestShardedStepMatchesUnsharded(t *testing.T) {
 // softmax and ReLU, and must compute the same loss, update and log-probs.
 func TestUnfusedPath(t *testing.T) {
 	step := func() (map[string][]float32, float64, []TokenScores) {
-		p := testLM().Seed(21).MustBuild()
-		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, NewAdamW().LR(1e-3), 1)
+		p := MustNewPolicy(testLM().Seed(21))
+		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-3), 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,38 +192,38 @@ func TestUnfusedPath(t *testing.T) {
 }
 
 func TestLearningRateSchedules(t *testing.T) {
-	base := NewAdamW().LR(1).Warmup(10)
+	base := agrl.NewAdamW().LR(1).Warmup(10)
 	cases := []struct {
 		name string
-		opt  AdamW
+		opt  agrl.AdamW
 		step int
 		want float64
 	}{
 		{"warm-up", base, 5, 0.5},
 		{"constant after warm-up", base, 500, 1},
-		{"cosine at the peak", base.Schedule(CosineLR, 110, 0.1), 10, 1},
+		{"cosine at the peak", base.Schedule(agrl.CosineLR, 110, 0.1), 10, 1},
 		// Halfway (step 60 of 10..110) the cosine factor is 0.5: 0.1 + 0.9 × 0.5.
-		{"cosine halfway", base.Schedule(CosineLR, 110, 0.1), 60, 0.55},
+		{"cosine halfway", base.Schedule(agrl.CosineLR, 110, 0.1), 60, 0.55},
 		// A quarter of the way: 0.5 × (1 + cos(π/4)) = 0.853553…; 0.1 + 0.9 × that.
-		{"cosine a quarter", base.Schedule(CosineLR, 110, 0.1), 35, 0.1 + 0.9*0.5*(1+math.Sqrt2/2)},
-		{"cosine at the horizon", base.Schedule(CosineLR, 110, 0.1), 110, 0.1},
-		{"cosine after the horizon", base.Schedule(CosineLR, 110, 0.1), 400, 0.1},
-		{"linear halfway", base.Schedule(LinearLR, 110, 0), 60, 0.5},
-		{"linear at 90%", base.Schedule(LinearLR, 110, 0.2), 100, 0.2 + 0.8*0.1},
-		{"horizon from the run", base.Schedule(LinearLR, 0, 0).withHorizon(110), 60, 0.5},
-		{"own horizon wins", base.Schedule(LinearLR, 210, 0).withHorizon(110), 110, 0.5},
-		{"no warm-up", NewAdamW().LR(2).Schedule(LinearLR, 101, 0), 51, 1},
+		{"cosine a quarter", base.Schedule(agrl.CosineLR, 110, 0.1), 35, 0.1 + 0.9*0.5*(1+math.Sqrt2/2)},
+		{"cosine at the horizon", base.Schedule(agrl.CosineLR, 110, 0.1), 110, 0.1},
+		{"cosine after the horizon", base.Schedule(agrl.CosineLR, 110, 0.1), 400, 0.1},
+		{"linear halfway", base.Schedule(agrl.LinearLR, 110, 0), 60, 0.5},
+		{"linear at 90%", base.Schedule(agrl.LinearLR, 110, 0.2), 100, 0.2 + 0.8*0.1},
+		{"horizon from the run", base.Schedule(agrl.LinearLR, 0, 0).ForSteps(110), 60, 0.5},
+		{"own horizon wins", base.Schedule(agrl.LinearLR, 210, 0).ForSteps(110), 110, 0.5},
+		{"no warm-up", agrl.NewAdamW().LR(2).Schedule(agrl.LinearLR, 101, 0), 51, 1},
 	}
 	for _, c := range cases {
 		if got := c.opt.LearningRate(c.step); math.Abs(got-c.want) > 1e-12 {
 			t.Errorf("%s: LR at step %d = %v, want %v", c.name, c.step, got, c.want)
 		}
 	}
-	for _, bad := range []AdamW{
-		NewAdamW().Schedule(LRSchedule(7), 0, 0.1),
-		NewAdamW().Schedule(CosineLR, -1, 0.1),
-		NewAdamW().Schedule(CosineLR, 0, 1.5),
-		NewAdamW().Schedule(CosineLR, 0, math.NaN()),
+	for _, bad := range []agrl.AdamW{
+		agrl.NewAdamW().Schedule(agrl.LRSchedule(7), 0, 0.1),
+		agrl.NewAdamW().Schedule(agrl.CosineLR, -1, 0.1),
+		agrl.NewAdamW().Schedule(agrl.CosineLR, 0, 1.5),
+		agrl.NewAdamW().Schedule(agrl.CosineLR, 0, math.NaN()),
 	} {
 		if bad.Validate() == nil {
 			t.Errorf("invalid schedule accepted: %+v", bad)

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"context"
 	"errors"
 	"math"
@@ -15,36 +17,36 @@ import (
 
 // addGuesser answers addEnv tasks at once with a guess that is right a third of the time: the
 // imperfect half of the warm start's demonstrations.
-var addGuesser = AgentFunc(func(ep *Episode) (string, error) {
+var addGuesser = agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
 	gold, _ := strconv.Atoi(ep.Task.Answer)
 	rng := rand.New(rand.NewPCG(uint64(gold), uint64(len(ep.Task.Prompt))))
 	if rng.IntN(3) > 0 {
 		gold += 1 + rng.IntN(5)
 	}
-	return AnswerText(strconv.Itoa(gold)), nil
+	return agrl.AnswerText(strconv.Itoa(gold)), nil
 })
 
 // tinyGRPO is a configuration that trains in seconds: a 2-layer width-64 model on addEnv.
-func tinyGRPO(t *testing.T) GRPO {
-	return NewGRPO().Env(addEnv{}).
-		Rubric(NewRubric().Add("answer", ExactAnswer, 1).Add("tool", UsedTool("add"), 0.5)).
-		Mix(NewMix(1).Only(Medium)).
-		Policy(TinyLM().Width(64).Heads(4).Layers(2).MLP(128).Context(64)).
+func tinyGRPO(t *testing.T) agrl.GRPO {
+	return agrl.NewGRPO().Env(addEnv{}).
+		Rubric(agrl.NewRubric().Add("answer", agrl.ExactAnswer, 1).Add("tool", agrl.UsedTool("add"), 0.5)).
+		Mix(agrl.NewMix(1).Only(agrl.Medium)).
+		Policy(agrl.TinyLM().Width(64).Heads(4).Layers(2).MLP(128).Context(64)).
 		Group(8).TasksPerStep(4).LR(5e-4).KL(0).MaxActionTokens(24).
 		EvalTasks(24).EvalEvery(0).TrajectoriesEvery(5).CheckpointEvery(0).Steps(20).Seed(3).
 		Out(filepath.Join(t.TempDir(), "run"))
 }
 
 // warm adds the warm start: SFT on half expert, half guessing demonstrations.
-func warm(g GRPO) GRPO {
-	return g.WarmStart(SFT().Steps(150).Batch(16), Demo{Name: "expert", Agent: addExpert, Weight: 1}, Demo{Name: "guess", Agent: addGuesser, Weight: 1}).
+func warm(g agrl.GRPO) agrl.GRPO {
+	return g.WarmStart(agrl.SFT().Steps(150).Batch(16), agrl.Demo{Name: "expert", Agent: addExpert, Weight: 1}, agrl.Demo{Name: "guess", Agent: addGuesser, Weight: 1}).
 		DemoEpisodes(120)
 }
 
 // TestGRPOImprovesOnTrivialTask: after an imperfect warm start, GRPO must discover that calling
 // the tool pays (the rubric rewards it), on held-out dev tasks, with a fixed seed.
 func TestGRPOImprovesOnTrivialTask(t *testing.T) {
-	tr, err := warm(tinyGRPO(t)).Build()
+	tr, err := Build(warm(tinyGRPO(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func TestGRPOImprovesOnTrivialTask(t *testing.T) {
 	if last["tool_call_rate"] < first["tool_call_rate"]+0.3 {
 		t.Errorf("tool-call rate %.2f -> %.2f", first["tool_call_rate"], last["tool_call_rate"])
 	}
-	r, err := OpenRun(tr.Run().Dir())
+	r, err := agrl.OpenRun(tr.Run().Dir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +88,7 @@ func TestGRPOImprovesOnTrivialTask(t *testing.T) {
 // minibatch, so the importance ratio is exactly 1 there (DESIGN rule 3), even with several
 // epochs and minibatches.
 func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
-	tr, err := tinyGRPO(t).Epochs(2).Minibatches(2).Steps(1).Build()
+	tr, err := Build(tinyGRPO(t).Epochs(2).Minibatches(2).Steps(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,26 +111,26 @@ func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
 // log-probs away from the current ones, so that clipping and KL are active.
 func TestGRPOLossMatchesReference(t *testing.T) {
 	for _, tc := range []struct {
-		norm LossNorm
-		est  KLEstimator
+		norm agrl.LossNorm
+		est  agrl.KLEstimator
 		hi   float64
-	}{{TokenMean, K3, 0.2}, {SeqMean, K1, 0.28}, {ConstNorm, K3, 0.28}} {
+	}{{agrl.TokenMean, agrl.K3, 0.2}, {agrl.SeqMean, agrl.K1, 0.28}, {agrl.ConstNorm, agrl.K3, 0.28}} {
 		g := tinyGRPO(t).LossNorm(tc.norm).KLEstimator(tc.est).KL(0.05).ClipHigh(tc.hi)
-		tr, err := g.Build()
+		tr, err := Build(g)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := tr.ensureLearner(); err != nil {
 			t.Fatal(err)
 		}
-		tasks := tr.Tasks(Dev)[:3]
+		tasks := tr.Tasks(agrl.Dev)[:3]
 		eps, _, err := tr.policy.Rollout(addEnv{}, tasks, tr.rolloutOptions(true, 9))
 		if err != nil {
 			t.Fatal(err)
 		}
 		adv := []float64{1.5, -0.7, 0.3}
 		rng := rand.New(rand.NewPCG(1, 1))
-		cur, err := tr.policy.Score(tokensOf(eps), g.trainTemp)
+		cur, err := tr.policy.Score(tokensOf(eps), g.Spec().Temperature)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,12 +159,12 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 					continue
 				}
 				lp := float64(cur[i].LogProbs[j-1])
-				obj, _, _ := ClippedSurrogate(lp, float64(ep.LogProbs[j]), adv[i], 0.2, tc.hi)
-				l[j] = -obj + 0.05*TokenKL(tc.est, lp, float64(ref[i].LogProbs[j-1]))
+				obj, _, _ := agrl.ClippedSurrogate(lp, float64(ep.LogProbs[j]), adv[i], 0.2, tc.hi)
+				l[j] = -obj + 0.05*agrl.TokenKL(tc.est, lp, float64(ref[i].LogProbs[j-1]))
 			}
 			losses, masks = append(losses, l), append(masks, ep.LossMask)
 		}
-		want, err := NormalizeLoss(tc.norm, losses, masks, tr.resolved.MaxTokens)
+		want, err := agrl.NormalizeLoss(tc.norm, losses, masks, tr.resolved.MaxTokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,11 +181,11 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 // observation tokens) must not change the loss or the update.
 func TestGRPOObservationTokensGetNoGradient(t *testing.T) {
 	base := tinyGRPO(t)
-	tr, err := base.Build()
+	tr, err := Build(base)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps, _, err := tr.policy.Rollout(addEnv{}, tr.Tasks(Dev)[:4], tr.rolloutOptions(true, 5))
+	eps, _, err := tr.policy.Rollout(addEnv{}, tr.Tasks(agrl.Dev)[:4], tr.rolloutOptions(true, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,13 +203,13 @@ func TestGRPOObservationTokensGetNoGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	adv := []float64{1, -1, 0.5, -0.5}
-	ref, _ := tr.policy.Score(tokensOf(eps), base.trainTemp)
-	step := func(perturb bool) (StepStats, []float32) {
+	ref, _ := tr.policy.Score(tokensOf(eps), base.Spec().Temperature)
+	step := func(perturb bool) (agrl.StepStats, []float32) {
 		p, err := LoadPolicy(dir, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		l, err := p.NewTrainer("grpo", grpoLoss(0.2, 0.2, 0.1, K3), grpoValues, base.opt, base.trainTemp)
+		l, err := p.NewTrainer("grpo", grpoLoss(0.2, 0.2, 0.1, agrl.K3), grpoValues, base.Spec().Optimizer, base.Spec().Temperature)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -244,8 +246,8 @@ func TestGRPOObservationTokensGetNoGradient(t *testing.T) {
 
 // TestGRPODeterministic: the same seed on the same backend gives the same metrics.
 func TestGRPODeterministic(t *testing.T) {
-	run := func() []Metrics {
-		tr, err := tinyGRPO(t).Steps(2).KL(0.02).Build()
+	run := func() []agrl.Metrics {
+		tr, err := Build(tinyGRPO(t).Steps(2).KL(0.02))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -271,7 +273,7 @@ func TestGRPODeterministic(t *testing.T) {
 // TestGRPOResumeContinuesTheSameRun: a run stopped after 2 steps and resumed to 4 logs the same
 // metrics as a run of 4 steps without a stop.
 func TestGRPOResumeContinuesTheSameRun(t *testing.T) {
-	full, err := tinyGRPO(t).Steps(4).KL(0.02).Build()
+	full, err := Build(tinyGRPO(t).Steps(4).KL(0.02))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,11 +283,11 @@ func TestGRPOResumeContinuesTheSameRun(t *testing.T) {
 	}
 	dir := filepath.Join(t.TempDir(), "resumed")
 	ctx, cancel := context.WithCancel(context.Background())
-	first, err := tinyGRPO(t).Steps(4).KL(0.02).Out(dir).OnStep(func(m Metrics) {
+	first, err := Build(tinyGRPO(t).Steps(4).KL(0.02).Out(dir).OnStep(func(m agrl.Metrics) {
 		if m.Step() == 2 {
 			cancel()
 		}
-	}).Build()
+	}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,10 +295,10 @@ func TestGRPOResumeContinuesTheSameRun(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || len(res.History) != 2 {
 		t.Fatalf("cancelled run: %v, %d steps", err, len(res.History))
 	}
-	if r, _ := OpenRun(dir); r.Summary == nil || r.Summary.Status != "cancelled" {
+	if r, _ := agrl.OpenRun(dir); r.Summary == nil || r.Summary.Status != "cancelled" {
 		t.Fatalf("summary after cancel: %+v", r.Summary)
 	}
-	again, err := tinyGRPO(t).Steps(4).KL(0.02).Out(dir).Build()
+	again, err := Build(tinyGRPO(t).Steps(4).KL(0.02).Out(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +325,7 @@ func TestGRPOResumeContinuesTheSameRun(t *testing.T) {
 // last good checkpoint stays loadable and finite (a checkpoint of NaN weights is refused).
 func TestGRPOStopsOnNaN(t *testing.T) {
 	for _, when := range []string{"after the checkpoint", "before the checkpoint"} {
-		tr, err := tinyGRPO(t).Steps(3).CheckpointEvery(1).Build()
+		tr, err := Build(tinyGRPO(t).Steps(3).CheckpointEvery(1))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,13 +339,13 @@ func TestGRPOStopsOnNaN(t *testing.T) {
 			}
 		}
 		if when == "after the checkpoint" { // step 2's rollout meets the NaN
-			tr.cfg.progress = func(msg string) {
+			tr.cfg.Progress = func(msg string) {
 				if msg == "checkpoint at step 1" {
 					poison()
 				}
 			}
 		} else { // step 2's checkpoint meets the NaN
-			tr.cfg.onStep = func(m Metrics) {
+			tr.cfg.OnStep = func(m agrl.Metrics) {
 				if m.Step() == 2 {
 					poison()
 				}
@@ -361,15 +363,15 @@ func TestGRPOStopsOnNaN(t *testing.T) {
 		if err := p.checkFinite(); err != nil {
 			t.Fatalf("%s: the checkpoint on disk is corrupt: %v", when, err)
 		}
-		if r, _ := OpenRun(tr.Run().Dir()); r.Summary == nil || !strings.HasPrefix(r.Summary.Status, "failed") {
+		if r, _ := agrl.OpenRun(tr.Run().Dir()); r.Summary == nil || !strings.HasPrefix(r.Summary.Status, "failed") {
 			t.Errorf("%s: summary %+v", when, r.Summary)
 		}
 	}
 }
 
 func TestGRPOBuildReportsEveryProblem(t *testing.T) {
-	_, err := NewGRPO().Group(1).ClipEps(-1).KL(math.NaN()).Minibatches(0).Temperature(0).
-		Rubric(NewRubric().Add("x", nil, 1)).WarmStart(SFT()).Build()
+	_, err := Build(agrl.NewGRPO().Group(1).ClipEps(-1).KL(math.NaN()).Minibatches(0).Temperature(0).
+		Rubric(agrl.NewRubric().Add("x", nil, 1)).WarmStart(agrl.SFT()))
 	if err == nil {
 		t.Fatal("want errors")
 	}
@@ -380,17 +382,17 @@ func TestGRPOBuildReportsEveryProblem(t *testing.T) {
 		}
 	}
 	// Curriculum settings: After outside [0, 1), and no source at the first step.
-	late := Demo{Name: "guess", Agent: addGuesser, Weight: 1, After: 0.5}
-	_, err = NewGRPO().Env(addEnv{}).WarmStart(SFT(), Demo{Name: "expert", Agent: addExpert, Weight: 1, After: 1}, late).Build()
+	late := agrl.Demo{Name: "guess", Agent: addGuesser, Weight: 1, After: 0.5}
+	_, err = Build(agrl.NewGRPO().Env(addEnv{}).WarmStart(agrl.SFT(), agrl.Demo{Name: "expert", Agent: addExpert, Weight: 1, After: 1}, late))
 	for _, want := range []string{`demo 0 ("expert") joins after 1 of the SFT steps`, "no demonstration source with a positive weight starts at the first SFT step"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}
 	}
 	// A sweep derives variants without changing the base.
-	base := NewGRPO().KL(0.01)
+	base := agrl.NewGRPO().KL(0.01)
 	_ = base.KL(0.04).Group(16)
-	if base.kl != 0.01 || base.group != 8 {
+	if base.Spec().KL != 0.01 || base.Spec().Group != 8 {
 		t.Error("setters changed the base")
 	}
 }
@@ -399,7 +401,7 @@ func TestGRPOBuildReportsEveryProblem(t *testing.T) {
 // own) evaluates that checkpoint on every split as the "before" of its before/after table.
 func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 	base := tinyGRPO(t)
-	p, err := base.policyConfig().Build()
+	p, err := NewPolicy(base.Spec().LM)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,15 +410,15 @@ func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := base.From(start).Steps(1).EvalTasks(8)
-	probe, err := g.Out(filepath.Join(t.TempDir(), "probe")).Build()
+	probe, err := Build(g.Out(filepath.Join(t.TempDir(), "probe")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _, err := probe.EvaluateSplit(Test, 1)
+	want, _, err := probe.EvaluateSplit(agrl.Test, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := g.Build()
+	tr, err := Build(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +429,7 @@ func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 	if s := res.Summary.SFT; s == nil || s.TestSuccess != want.Success {
 		t.Fatalf("summary's starting point %+v; the checkpoint's own test success is %v (reward %v)", s, want.Success, want.MeanReward)
 	}
-	r, err := OpenRun(tr.Run().Dir())
+	r, err := agrl.OpenRun(tr.Run().Dir())
 	if err != nil {
 		t.Fatal(err)
 	}

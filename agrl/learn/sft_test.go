@@ -1,28 +1,30 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"math/rand/v2"
 	"testing"
 )
 
 func TestSFTLearnsToolUse(t *testing.T) {
 	env := addEnv{}
-	mix := NewMix(7).Easy(1).Medium(0).Hard(0)
-	train, err := mix.Tasks(env, Train, 60)
+	mix := agrl.NewMix(7).Easy(1).Medium(0).Hard(0)
+	train, err := mix.Tasks(env, agrl.Train, 60)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, err := mix.Tasks(env, Dev, 10)
+	dev, err := mix.Tasks(env, agrl.Dev, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
-	experts, err := ExpertEpisodes(env, addExpert, train, Limits{})
+	experts, err := agrl.ExpertEpisodes(env, addExpert, train, agrl.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := TinyLM().Width(64).Heads(4).Layers(2).MLP(128).Context(64).Seed(3).MustBuild()
-	rep, err := SFT().Steps(150).Batch(16).Seed(5).Eval(RolloutOptions{Sampling: Sampling{MaxActionTokens: 24}}).
-		Run(p, experts, env, dev)
+	p := MustNewPolicy(agrl.TinyLM().Width(64).Heads(4).Layers(2).MLP(128).Context(64).Seed(3))
+	rep, err := p.SFT(agrl.SFT().Steps(150).Batch(16).Seed(5).Eval(agrl.RolloutOptions{Sampling: agrl.Sampling{MaxActionTokens: 24}}),
+		experts, env, dev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"errors"
 	"fmt"
 	"math"
@@ -17,82 +19,21 @@ import (
 	"github.com/gomlx/gomlx/ml/model"
 )
 
-// Sampling configures how the policy draws tokens. The zero value decodes greedily.
-type Sampling struct {
-	// Temperature divides the logits before the softmax; 0 decodes greedily (log-probs are then
-	// recorded at temperature 1). The scorer applies a temperature the same way, so score with
-	// the temperature the tokens were sampled at. TrainSampling uses 0.8, EvalSampling 0.3.
-	Temperature float64 `json:"temperature"`
-	// TopK keeps only the K most likely tokens (0: all).
-	TopK int `json:"top_k,omitempty"`
-	// TopP keeps the smallest set of most likely tokens whose probability reaches TopP (0 or
-	// 1: all). With TopK or TopP set, the recorded log-probs are still those of the full
-	// tempered distribution (as the scorer computes them), so the sampled tokens are slightly
-	// off-policy, as in TRL and verl.
-	TopP float64 `json:"top_p,omitempty"`
-	// Seed seeds the draws. Sequence i of a batch draws from its own stream (Seed, i), so the
-	// same seed gives the same samples.
-	Seed uint64 `json:"seed"`
-	// MaxActionTokens caps the tokens of one action (0: only the context budget caps it).
-	MaxActionTokens int `json:"max_action_tokens,omitempty"`
-}
-
-// TrainSampling is the sampling used to collect training rollouts: temperature 0.8.
-func TrainSampling(seed uint64) Sampling { return Sampling{Temperature: 0.8, Seed: seed} }
-
-// EvalSampling is the sampling used for evaluation: temperature 0.3.
-func EvalSampling(seed uint64) Sampling { return Sampling{Temperature: 0.3, Seed: seed} }
-
-// Validate reports what is wrong with the settings, or nil.
-func (s Sampling) Validate() error {
-	var errs []error
-	if math.IsNaN(s.Temperature) || s.Temperature < 0 || s.Temperature > 100 {
-		errs = append(errs, fmt.Errorf("temperature %v; want 0 (greedy) or in (0, 100]", s.Temperature))
-	}
-	if s.TopK < 0 {
-		errs = append(errs, fmt.Errorf("top-k %d; want >= 0", s.TopK))
-	}
-	if math.IsNaN(s.TopP) || s.TopP < 0 || s.TopP > 1 {
-		errs = append(errs, fmt.Errorf("top-p %v; want in [0, 1]", s.TopP))
-	}
-	if s.MaxActionTokens < 0 {
-		errs = append(errs, fmt.Errorf("max action tokens %d; want >= 0", s.MaxActionTokens))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("agrl: invalid sampling: %w", errors.Join(errs...))
-	}
-	return nil
-}
-
-// StopReason says why the sampler ended an action.
-type StopReason string
-
-const (
-	// StopTag: the action ended with a closing </tool> or </answer> tag.
-	StopTag StopReason = "tag"
-	// StopEOS: the policy wrote EOS.
-	StopEOS StopReason = "eos"
-	// StopLength: the action reached Sampling.MaxActionTokens.
-	StopLength StopReason = "length"
-	// StopBudget: the sequence filled its token budget.
-	StopBudget StopReason = "budget"
-)
-
 // Completion is one action the policy wrote: the exact sampled token ids and the log-probs
 // recorded when they were drawn.
 type Completion struct {
 	Tokens   []int32
 	LogProbs []float32
-	Stop     StopReason
+	Stop     agrl.StopReason
 }
 
 // isStopToken reports whether the sampler ends an action on id.
-func isStopToken(id int32) (StopReason, bool) {
+func isStopToken(id int32) (agrl.StopReason, bool) {
 	switch id {
-	case TagID(ToolClose), TagID(AnswerClose):
-		return StopTag, true
-	case EOS:
-		return StopEOS, true
+	case agrl.TagID(agrl.ToolClose), agrl.TagID(agrl.AnswerClose):
+		return agrl.StopTag, true
+	case agrl.EOS:
+		return agrl.StopEOS, true
 	}
 	return "", false
 }
@@ -111,7 +52,7 @@ var chunkBuckets = []int{1, 4, 16, 64}
 // it holds the policy (shared) only during each step, so training may run between steps.
 type Decoder struct {
 	p        *Policy
-	s        Sampling
+	s        agrl.Sampling
 	capacity int // tokens per sequence
 	seqs     []decSeq
 	parts    []*decPart
@@ -145,15 +86,15 @@ const minShardBatch = 4
 // NewDecoder prepares a batch of n sequences of at most capacity tokens each (capacity at most
 // the model's context). Each shard's KV cache starts at its longest prompt plus a margin and
 // grows by length bucket up to capacity; finished sequences are compacted away.
-func (p *Policy) NewDecoder(n, capacity int, s Sampling) (*Decoder, error) {
+func (p *Policy) NewDecoder(n, capacity int, s agrl.Sampling) (*Decoder, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
 	if n <= 0 {
 		return nil, fmt.Errorf("agrl: NewDecoder: batch of %d sequences", n)
 	}
-	if capacity < 2 || capacity > p.cfg.context {
-		return nil, fmt.Errorf("agrl: NewDecoder: capacity %d tokens; want 2..%d (the context)", capacity, p.cfg.context)
+	if capacity < 2 || capacity > p.arch.Context {
+		return nil, fmt.Errorf("agrl: NewDecoder: capacity %d tokens; want 2..%d (the context)", capacity, p.arch.Context)
 	}
 	d := &Decoder{p: p, s: s, capacity: capacity, seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
 	shards := max(1, min(p.shards(), n/minShardBatch))
@@ -190,7 +131,7 @@ func (d *Decoder) Start(i int, prompt []int32) error {
 	if len(prompt) == 0 || len(prompt) >= d.capacity {
 		return fmt.Errorf("agrl: Decoder.Start: prompt of %d tokens for a capacity of %d", len(prompt), d.capacity)
 	}
-	v := int32(d.p.cfg.Vocab())
+	v := int32(d.p.arch.Vocab())
 	for _, t := range prompt {
 		if t < 0 || t >= v {
 			return fmt.Errorf("agrl: Decoder.Start: token %d outside the vocabulary", t)
@@ -252,7 +193,7 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 		if err != nil {
 			return err
 		}
-		v := d.p.cfg.Vocab()
+		v := d.p.arch.Vocab()
 		for r, i := range part.rows {
 			sq := &d.seqs[i]
 			if counts[r] == 0 || len(sq.pending) > 0 || !sq.generating {
@@ -270,9 +211,9 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 			switch {
 			case stop:
 			case d.s.MaxActionTokens > 0 && len(sq.action) >= d.s.MaxActionTokens:
-				reason, stop = StopLength, true
+				reason, stop = agrl.StopLength, true
 			case d.Len(i) >= d.capacity:
-				reason, stop = StopBudget, true
+				reason, stop = agrl.StopBudget, true
 			}
 			if !stop {
 				continue
@@ -309,17 +250,17 @@ func (d *Decoder) grow(part *decPart, k int) error {
 		sq := &d.seqs[i]
 		need = max(need, sq.fed+min(len(sq.pending), k))
 	}
-	maxC := bucketLen(d.capacity, d.p.cfg.context)
+	maxC := bucketLen(d.capacity, d.p.arch.Context)
 	if part.caches != nil && need <= part.c {
 		return nil
 	}
-	c := bucketLen(min(need+cacheMargin, maxC), d.p.cfg.context)
+	c := bucketLen(min(need+cacheMargin, maxC), d.p.arch.Context)
 	p := d.p
-	hd := p.cfg.width / p.cfg.heads
+	hd := p.arch.Width / p.arch.Heads
 	if part.caches == nil {
 		part.c = c
-		for range 2 * p.cfg.layers {
-			part.caches = append(part.caches, tensors.FromShape(shapes.Make(dtypes.Float32, part.b*p.cfg.heads, c, hd)))
+		for range 2 * p.arch.Layers {
+			part.caches = append(part.caches, tensors.FromShape(shapes.Make(dtypes.Float32, part.b*p.arch.Heads, c, hd)))
 		}
 		return nil
 	}
@@ -391,7 +332,7 @@ func (d *Decoder) compact(part *decPart) error {
 		return nil
 	}
 	p := d.p
-	h := p.cfg.heads
+	h := p.arch.Heads
 	rowsLive := make([]int, len(live))
 	for k, r := range live {
 		rowsLive[k] = part.rows[r]
@@ -473,10 +414,10 @@ func (p *Policy) stepExecutor() (*model.Exec, error) {
 	p.execMu.Lock()
 	defer p.execMu.Unlock()
 	if p.stepExec == nil {
-		layers := p.cfg.layers
+		layers := p.arch.Layers
 		e, err := p.newExec("sample", func(scope *model.Scope, in []*graph.Node) []*graph.Node {
 			w := p.mustWeights(in[0].Graph())
-			logp, caches := p.cfg.extend(w, in[0], in[1], in[2], in[3], in[4:4+2*layers])
+			logp, caches := p.arch.extend(w, in[0], in[1], in[2], in[3], in[4:4+2*layers])
 			return append([]*graph.Node{logp}, caches...)
 		})
 		if err != nil {
@@ -607,7 +548,7 @@ func (d *Decoder) Close() {
 
 // Complete samples one action after each prompt (at most maxNew tokens, fewer if the context
 // fills): the single-turn use of a Decoder.
-func (p *Policy) Complete(prompts [][]int32, maxNew int, s Sampling) ([]Completion, error) {
+func (p *Policy) Complete(prompts [][]int32, maxNew int, s agrl.Sampling) ([]Completion, error) {
 	if len(prompts) == 0 {
 		return nil, nil
 	}
@@ -619,7 +560,7 @@ func (p *Policy) Complete(prompts [][]int32, maxNew int, s Sampling) ([]Completi
 		longest = max(longest, len(pr))
 	}
 	s.MaxActionTokens = maxNew
-	d, err := p.NewDecoder(len(prompts), min(longest+maxNew, p.cfg.context), s)
+	d, err := p.NewDecoder(len(prompts), min(longest+maxNew, p.arch.Context), s)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
 )
@@ -27,7 +29,7 @@ var grpoValues = []string{valMask, valAdv, valOldLogp, valRefLogp, valWeight, va
 // where weight holds the mask and the normalisation, so the sum is a token mean, a sequence
 // mean or Dr. GRPO's constant-length mean over the whole optimizer batch. The metrics are
 // means over the masked tokens of the whole batch ("ratio/dev" is the mean |ratio − 1|).
-func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
+func grpoLoss(epsLow, epsHigh, beta float64, est agrl.KLEstimator) LossFunc {
 	return func(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 		g := in.LogProbs.Graph()
 		c := func(v float64) *graph.Node { return graph.Const(g, float32(v)) }
@@ -44,9 +46,9 @@ func grpoLoss(epsLow, epsHigh, beta float64, est KLEstimator) LossFunc {
 		clipped := clamp(ratio, 1-epsLow, 1+epsHigh)
 		obj := graph.Min(graph.Mul(ratio, adv), graph.Mul(clipped, adv))
 
-		delta := clamp(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), -KLDeltaClamp, KLDeltaClamp)
+		delta := clamp(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), -agrl.KLDeltaClamp, agrl.KLDeltaClamp)
 		var kl *graph.Node
-		if est == K1 {
+		if est == agrl.K1 {
 			kl = graph.Neg(delta)
 		} else {
 			kl = graph.Sub(graph.Sub(graph.Exp(delta), delta), c(1))

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"os"
 	"strconv"
 	"sync"
@@ -26,8 +28,8 @@ import (
 const cpuPeakGFLOPs = 441.6
 
 // benchLM is the Tiny benchmark shape with a 64-token vocabulary (12 reserved + 52 bytes).
-func benchLM() LM {
-	tok, err := NewTokenizer("0123456789+-*/()=., abcdefghijklmnopqrstuvwxyz?:\n_'!")
+func benchLM() agrl.LM {
+	tok, err := agrl.NewTokenizer("0123456789+-*/()=., abcdefghijklmnopqrstuvwxyz?:\n_'!")
 	if err != nil {
 		panic(err)
 	}
@@ -35,7 +37,7 @@ func benchLM() LM {
 		panic(tok.VocabSize())
 	}
 	shards, _ := strconv.Atoi(os.Getenv("AGRL_BENCH_SHARDS")) // 0: the default
-	return TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Shards(shards).Backend("")
+	return agrl.TinyLM().Tokenizer(tok).Width(128).Layers(2).Heads(4).MLP(512).Context(128).Shards(shards).Backend("")
 }
 
 // cpuTime is the process's user+system CPU time. The machine is shared, so wall-clock rates
@@ -69,13 +71,13 @@ func BenchmarkTrain(b *testing.B) { benchTrain(b, benchLM(), 32, 128) }
 // minutes.
 func BenchmarkSampleSmall(b *testing.B) {
 	skipUnlessXLA(b)
-	benchSample(b, SmallLM().Backend(""), 256, 64, 256)
+	benchSample(b, agrl.SmallLM().Backend(""), 256, 64, 256)
 }
 
 // BenchmarkTrainSmall: see BenchmarkSampleSmall.
 func BenchmarkTrainSmall(b *testing.B) {
 	skipUnlessXLA(b)
-	benchTrain(b, SmallLM().Backend(""), 32, 512)
+	benchTrain(b, agrl.SmallLM().Backend(""), 32, 512)
 }
 
 func skipUnlessXLA(b *testing.B) {
@@ -88,21 +90,21 @@ func skipUnlessXLA(b *testing.B) {
 	}
 }
 
-func benchSample(b *testing.B, cfg LM, batch, promptLen, newTokens int) {
-	p, err := cfg.Build()
+func benchSample(b *testing.B, cfg agrl.LM, batch, promptLen, newTokens int) {
+	p, err := NewPolicy(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	vocab := int32(p.Config().Vocab())
 	prompts := make([][]int32, batch)
 	for i := range prompts {
-		prompts[i] = []int32{BOS}
+		prompts[i] = []int32{agrl.BOS}
 		for j := 1; j < promptLen; j++ {
 			prompts[i] = append(prompts[i], 20+int32((i+j)%int(vocab-20)))
 		}
 	}
 	run := func(seed uint64) {
-		d, err := p.NewDecoder(batch, promptLen+newTokens, Sampling{Temperature: 1, Seed: seed})
+		d, err := p.NewDecoder(batch, promptLen+newTokens, agrl.Sampling{Temperature: 1, Seed: seed})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -135,19 +137,19 @@ func benchSample(b *testing.B, cfg LM, batch, promptLen, newTokens int) {
 	reportThroughput(b, p, b.N*batch*newTokens, flops, cpuTime()-cpu0)
 }
 
-func benchTrain(b *testing.B, cfg LM, batch, seqLen int) {
-	p, err := cfg.Build()
+func benchTrain(b *testing.B, cfg agrl.LM, batch, seqLen int) {
+	p, err := NewPolicy(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	tr, err := p.NewTrainer("bench", SFTLoss, []string{"mask"}, NewAdamW(), 1)
+	tr, err := p.NewTrainer("bench", SFTLoss, []string{"mask"}, agrl.NewAdamW(), 1)
 	if err != nil {
 		b.Fatal(err)
 	}
 	vocab := p.Config().Vocab()
 	tb := TrainBatch{Values: map[string][][]float32{"mask": nil}}
 	for i := 0; i < batch; i++ {
-		seq, mask := []int32{BOS}, []float32{0}
+		seq, mask := []int32{agrl.BOS}, []float32{0}
 		for j := 1; j < seqLen; j++ {
 			seq = append(seq, int32(12+(i*7+j*3)%(vocab-12)))
 			mask = append(mask, 1)
@@ -174,13 +176,13 @@ func benchTrain(b *testing.B, cfg LM, batch, seqLen int) {
 // observations appended to the KV cache, with finished episodes compacted away. It reports
 // generated (policy) tokens per second and tokens read into the cache per second.
 func BenchmarkRollout(b *testing.B) {
-	p := benchLM().MustBuild()
+	p := MustNewPolicy(benchLM())
 	env := addEnv{maxTurns: 4}
-	tasks, err := NewMix(5).Tasks(env, Train, 64)
+	tasks, err := agrl.NewMix(5).Tasks(env, agrl.Train, 64)
 	if err != nil {
 		b.Fatal(err)
 	}
-	opt := RolloutOptions{Sampling: Sampling{Temperature: 1, MaxActionTokens: 24}, MaxTokens: 128}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, MaxActionTokens: 24}, MaxTokens: 128}
 	if _, _, err := p.Rollout(env, tasks, opt); err != nil { // compile
 		b.Fatal(err)
 	}

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -16,56 +18,6 @@ import (
 // observation: the episode has ended. Rollouts record this stream as sampled; EncodeEpisode
 // builds the same stream from a text-level episode (an expert's), tokenising it once.
 
-// EncodeEpisode tokenises a text-level episode (from Play) in the layout rollouts produce and
-// returns the tokens and the loss mask (1 on action tokens). It does not fill the episode.
-func EncodeEpisode(tok *Tokenizer, ep *Episode) (tokens []int32, mask []uint8) {
-	tokens = tok.AppendEncode([]int32{BOS}, ep.Prompt)
-	mask = make([]uint8, len(tokens))
-	for i, t := range ep.Turns {
-		n := len(tokens)
-		tokens = tok.AppendEncode(tokens, t.Text)
-		for range len(tokens) - n {
-			mask = append(mask, 1)
-		}
-		if i < len(ep.Turns)-1 {
-			n = len(tokens)
-			tokens = appendObservation(tok, tokens, t.Observation)
-			for range len(tokens) - n {
-				mask = append(mask, 0)
-			}
-		}
-	}
-	return tokens, mask
-}
-
-func appendObservation(tok *Tokenizer, dst []int32, obs string) []int32 {
-	dst = append(dst, TagID(ObsOpen))
-	dst = tok.AppendEncode(dst, obs)
-	return append(dst, TagID(ObsClose))
-}
-
-// RolloutOptions configures Policy.Rollout. The zero value samples at temperature 0 (greedy)
-// with the environment's turn limit and the whole context as budget.
-type RolloutOptions struct {
-	// Sampling sets temperature, top-k/p, the seed and an optional per-action token cap.
-	Sampling Sampling
-	// Limits bounds each episode as in Play: MaxTurns, MaxInvalid and StepTimeout apply;
-	// MaxBytes (Play's text budget) is ignored in favour of MaxTokens.
-	Limits Limits
-	// MaxTokens is the per-episode token budget: prompt, actions and observations together
-	// (DESIGN rule 7: per episode, not per turn). 0 or more than the context means the context.
-	MaxTokens int
-}
-
-// RolloutStats describes the sampling work of one Rollout call.
-type RolloutStats struct {
-	Episodes  int
-	Steps     int     // graph calls
-	Tokens    int     // tokens read into the KV cache (prompt, observations and sampled)
-	Generated int     // tokens sampled
-	Seconds   float64 // wall time, environment steps included
-}
-
 // Rollout plays one episode per task with the policy, in one batch: it samples each action
 // (until a closing </tool> or </answer> tag, EOS, the per-action cap or the token budget),
 // parses it, steps the environment and appends the observation to the context, until each
@@ -75,9 +27,9 @@ type RolloutStats struct {
 //
 // It returns an error when an environment refuses a task or a prompt does not fit the budget;
 // everything the policy does wrong is recorded on the episodes.
-func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode, RolloutStats, error) {
+func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
 	start := time.Now()
-	var st RolloutStats
+	var st agrl.RolloutStats
 	if env == nil {
 		return nil, st, errors.New("agrl: Rollout needs an env")
 	}
@@ -88,17 +40,17 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 		return nil, st, nil
 	}
 	budget := opt.MaxTokens
-	if budget <= 0 || budget > p.cfg.context {
-		budget = p.cfg.context
+	if budget <= 0 || budget > p.arch.Context {
+		budget = p.arch.Context
 	}
-	loops := make([]*turnLoop, len(tasks))
+	loops := make([]*agrl.TurnLoop, len(tasks))
 	for i, task := range tasks {
-		l, err := startEpisode(env, task, opt.Limits)
+		l, err := agrl.StartEpisode(env, task, opt.Limits)
 		if err != nil {
 			return nil, st, err
 		}
-		ep := l.ep
-		ep.Tokens = p.tok.AppendEncode([]int32{BOS}, ep.Prompt)
+		ep := l.Episode()
+		ep.Tokens = p.tok.AppendEncode([]int32{agrl.BOS}, ep.Prompt)
 		if len(ep.Tokens)+2 > budget {
 			return nil, st, fmt.Errorf("agrl: Rollout: the prompt of task %s takes %d tokens; the budget is %d", task.ID, len(ep.Tokens), budget)
 		}
@@ -112,33 +64,33 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 	}
 	defer d.Close()
 	for i, l := range loops {
-		if err := d.Start(i, l.ep.Tokens); err != nil {
+		if err := d.Start(i, l.Episode().Tokens); err != nil {
 			return nil, st, err
 		}
 	}
 	var generated atomic.Int64 // Run calls back concurrently for different shards
 	err = d.Run(func(i int, c Completion) ([]int32, bool) {
 		l := loops[i]
-		ep := l.ep
+		ep := l.Episode()
 		generated.Add(int64(len(c.Tokens)))
 		ep.Tokens = append(ep.Tokens, c.Tokens...)
 		ep.LogProbs = append(ep.LogProbs, c.LogProbs...)
 		for range c.Tokens {
 			ep.LossMask = append(ep.LossMask, 1)
 		}
-		if l.act(p.tok.Decode(c.Tokens)) {
+		if l.Act(p.tok.Decode(c.Tokens)) {
 			return nil, false
 		}
-		if c.Stop == StopBudget {
-			ep.Termination = TokenBudget
+		if c.Stop == agrl.StopBudget {
+			ep.Termination = agrl.TokenBudget
 			return nil, false
 		}
-		obs := appendObservation(p.tok, nil, ep.Turns[len(ep.Turns)-1].Observation)
+		obs := agrl.AppendObservation(p.tok, nil, ep.Turns[len(ep.Turns)-1].Observation)
 		if len(obs)+1 > d.Room(i) { // the observation and at least one more token must fit
-			ep.Termination = TokenBudget
+			ep.Termination = agrl.TokenBudget
 			return nil, false
 		}
-		if l.outOfTurns() {
+		if l.OutOfTurns() {
 			return nil, false
 		}
 		ep.Tokens = append(ep.Tokens, obs...)
@@ -149,9 +101,9 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 	if err != nil {
 		return nil, st, err
 	}
-	eps := make([]*Episode, len(loops))
+	eps := make([]*agrl.Episode, len(loops))
 	for i, l := range loops {
-		eps[i] = l.ep
+		eps[i] = l.Episode()
 	}
 	st.Episodes, st.Steps, st.Tokens, st.Seconds = len(eps), d.Steps, d.Fed, time.Since(start).Seconds()
 	st.Generated = int(generated.Load())
@@ -161,13 +113,13 @@ func (p *Policy) Rollout(env Env, tasks []Task, opt RolloutOptions) ([]*Episode,
 // PolicyAgent adapts a policy to the text-level Agent interface, one action per call (each
 // call re-reads the whole episode: use Rollout to play batches). It is handy for comparing a
 // policy with experts through Play.
-func (p *Policy) PolicyAgent(s Sampling, maxActionTokens int) Agent {
-	return AgentFunc(func(ep *Episode) (string, error) {
-		tokens, _ := EncodeEpisode(p.tok, ep)
+func (p *Policy) PolicyAgent(s agrl.Sampling, maxActionTokens int) agrl.Agent {
+	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		tokens, _ := agrl.EncodeEpisode(p.tok, ep)
 		if len(ep.Turns) > 0 {
-			tokens = appendObservation(p.tok, tokens, ep.Turns[len(ep.Turns)-1].Observation)
+			tokens = agrl.AppendObservation(p.tok, tokens, ep.Turns[len(ep.Turns)-1].Observation)
 		}
-		room := p.cfg.context - len(tokens)
+		room := p.arch.Context - len(tokens)
 		if room < 1 {
 			return "", fmt.Errorf("agrl: episode of %d tokens fills the context", len(tokens))
 		}
@@ -185,7 +137,7 @@ func (p *Policy) PolicyAgent(s Sampling, maxActionTokens int) Agent {
 // recorded at sampling, and each entry of perEpisode (for example "adv", one advantage per
 // episode) is broadcast to every token of its episode. Episodes without tokens (text-level
 // ones) are an error; use EncodeEpisode for those.
-func EpisodeBatch(eps []*Episode, perEpisode map[string][]float64) (TrainBatch, error) {
+func EpisodeBatch(eps []*agrl.Episode, perEpisode map[string][]float64) (TrainBatch, error) {
 	b := TrainBatch{Values: map[string][][]float32{"mask": nil, "old_logp": nil}}
 	var errs []error
 	for name, vals := range perEpisode {

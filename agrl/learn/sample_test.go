@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"fmt"
 	"math"
 	"slices"
@@ -9,20 +11,20 @@ import (
 )
 
 func TestSamplerScorerAgreement(t *testing.T) {
-	for _, pos := range []Positions{Learned, RoPE} {
-		t.Run(pos.String(), func(t *testing.T) { testSamplerScorerAgreement(t, testLM().Positions(pos).MustBuild()) })
+	for _, pos := range []agrl.Positions{agrl.Learned, agrl.RoPE} {
+		t.Run(pos.String(), func(t *testing.T) { testSamplerScorerAgreement(t, MustNewPolicy(testLM().Positions(pos))) })
 	}
 }
 
 func testSamplerScorerAgreement(t *testing.T, p *Policy) {
 	tok := p.Tokenizer()
 	prompts := [][]int32{
-		append([]int32{BOS}, tok.Encode("What is 12+30?")...),
-		append([]int32{BOS}, tok.Encode("hi")...),
-		append([]int32{BOS}, tok.Encode("A longer prompt: more than one chunk of 16.")...),
+		append([]int32{agrl.BOS}, tok.Encode("What is 12+30?")...),
+		append([]int32{agrl.BOS}, tok.Encode("hi")...),
+		append([]int32{agrl.BOS}, tok.Encode("A longer prompt: more than one chunk of 16.")...),
 	}
 	for _, temp := range []float64{0.8, 0.3, 1.7} {
-		s := Sampling{Temperature: temp, Seed: 11, MaxActionTokens: 9}
+		s := agrl.Sampling{Temperature: temp, Seed: 11, MaxActionTokens: 9}
 		d, err := p.NewDecoder(len(prompts), 64, s)
 		if err != nil {
 			t.Fatal(err)
@@ -39,7 +41,7 @@ func testSamplerScorerAgreement(t *testing.T, p *Policy) {
 			}
 		}
 		turns := make([]int, len(prompts))
-		obs := append(append([]int32{TagID(ObsOpen)}, tok.Encode("obs 42")...), TagID(ObsClose))
+		obs := append(append([]int32{agrl.TagID(agrl.ObsOpen)}, tok.Encode("obs 42")...), agrl.TagID(agrl.ObsClose))
 		err = d.Run(func(i int, c Completion) ([]int32, bool) {
 			if len(c.Tokens) != len(c.LogProbs) || len(c.Tokens) == 0 {
 				t.Errorf("completion with %d tokens and %d log-probs", len(c.Tokens), len(c.LogProbs))
@@ -85,10 +87,10 @@ func testSamplerScorerAgreement(t *testing.T, p *Policy) {
 }
 
 func TestSamplerDeterminism(t *testing.T) {
-	p := testLM().MustBuild()
-	prompts := [][]int32{{BOS, 20, 30}, {BOS, 40}, {BOS, 50, 51, 52, 53}}
+	p := MustNewPolicy(testLM())
+	prompts := [][]int32{{agrl.BOS, 20, 30}, {agrl.BOS, 40}, {agrl.BOS, 50, 51, 52, 53}}
 	run := func(seed uint64) [][]int32 {
-		out, err := p.Complete(prompts, 12, Sampling{Temperature: 1, Seed: seed})
+		out, err := p.Complete(prompts, 12, agrl.Sampling{Temperature: 1, Seed: seed})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,13 +110,13 @@ func TestSamplerDeterminism(t *testing.T) {
 		t.Error("seeds 5 and 6 gave the same samples")
 	}
 	// Sequence i's samples do not depend on the rest of the batch.
-	alone, err := p.Complete(prompts[1:2], 12, Sampling{Temperature: 1, Seed: 5})
+	alone, err := p.Complete(prompts[1:2], 12, agrl.Sampling{Temperature: 1, Seed: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_ = alone // stream (seed, 0) differs from (seed, 1): only the batch's own index matters
 	// Greedy decoding is deterministic and never writes a banned token.
-	g, err := p.Complete(prompts, 12, Sampling{})
+	g, err := p.Complete(prompts, 12, agrl.Sampling{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,10 +133,10 @@ func TestSamplerDeterminism(t *testing.T) {
 // KV-cache rows into a smaller batch, and what it samples afterwards still agrees with the
 // scorer.
 func TestDecoderCompaction(t *testing.T) {
-	p := testLM().Shards(1).MustBuild()
+	p := MustNewPolicy(testLM().Shards(1))
 	tok := p.Tokenizer()
 	const n = 16
-	d, err := p.NewDecoder(n, 64, Sampling{Temperature: 1, Seed: 2, MaxActionTokens: 5})
+	d, err := p.NewDecoder(n, 64, agrl.Sampling{Temperature: 1, Seed: 2, MaxActionTokens: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +144,7 @@ func TestDecoderCompaction(t *testing.T) {
 	seqs := make([][]int32, n)
 	lps := make([][]float32, n)
 	for i := range n {
-		seqs[i] = append([]int32{BOS}, tok.Encode(fmt.Sprintf("task %d", i))...)
+		seqs[i] = append([]int32{agrl.BOS}, tok.Encode(fmt.Sprintf("task %d", i))...)
 		lps[i] = make([]float32, len(seqs[i]))
 		for j := range lps[i] {
 			lps[i][j] = float32(math.NaN())
@@ -196,14 +198,14 @@ func TestDecoderCompaction(t *testing.T) {
 }
 
 func TestDecoderUnstartedSequences(t *testing.T) {
-	p := testLM().Shards(1).MustBuild()
-	d, err := p.NewDecoder(16, 32, Sampling{Seed: 1, MaxActionTokens: 3})
+	p := MustNewPolicy(testLM().Shards(1))
+	d, err := p.NewDecoder(16, 32, agrl.Sampling{Seed: 1, MaxActionTokens: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
 	for _, i := range []int{3, 11} { // 14 of 16 never start
-		if err := d.Start(i, []int32{BOS, 20, 21}); err != nil {
+		if err := d.Start(i, []int32{agrl.BOS, 20, 21}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -218,17 +220,17 @@ func TestDecoderUnstartedSequences(t *testing.T) {
 }
 
 func TestDecoderCallbackPanic(t *testing.T) {
-	p := testLM().MustBuild()
-	_, err := p.Complete([][]int32{{BOS, 20}}, 2, Sampling{})
+	p := MustNewPolicy(testLM())
+	_, err := p.Complete([][]int32{{agrl.BOS, 20}}, 2, agrl.Sampling{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := p.NewDecoder(1, 16, Sampling{MaxActionTokens: 2})
+	d, err := p.NewDecoder(1, 16, agrl.Sampling{MaxActionTokens: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	if err := d.Start(0, []int32{BOS, 20}); err != nil {
+	if err := d.Start(0, []int32{agrl.BOS, 20}); err != nil {
 		t.Fatal(err)
 	}
 	err = d.Run(func(int, Completion) ([]int32, bool) { panic("boom") })

@@ -1,6 +1,8 @@
-package agrl
+package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"errors"
 	"fmt"
 	"math"
@@ -16,144 +18,6 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/ml/model"
 )
-
-// AdamW configures the optimizer of a Trainer: Adam with decoupled weight decay (Loshchilov &
-// Hutter 2019) on the weight matrices and embeddings (not on biases and LayerNorm gains),
-// global-norm gradient clipping, a linear warm-up and a learning-rate schedule. It is a value:
-// setters return copies.
-type AdamW struct {
-	lr, beta1, beta2, eps, decay, clip float64
-	warmup                             int
-	schedule                           LRSchedule
-	horizon                            int     // last step of the decay; 0: set by SFT / GRPO
-	floor                              float64 // final learning rate as a fraction of lr
-}
-
-// LRSchedule is the shape of the learning rate after warm-up.
-type LRSchedule int
-
-const (
-	// ConstantLR keeps the peak learning rate after warm-up (the default).
-	ConstantLR LRSchedule = iota
-	// CosineLR decays from the peak to Floor × peak along half a cosine, ending at the horizon
-	// (Loshchilov & Hutter 2017, without restarts; TRL lr_scheduler_type="cosine", verl
-	// optim.lr_scheduler_type=cosine with min_lr_ratio).
-	CosineLR
-	// LinearLR decays linearly from the peak to Floor × peak at the horizon (TRL "linear").
-	LinearLR
-)
-
-// String returns "constant", "cosine" or "linear".
-func (s LRSchedule) String() string {
-	switch s {
-	case ConstantLR:
-		return "constant"
-	case CosineLR:
-		return "cosine"
-	case LinearLR:
-		return "linear"
-	}
-	return fmt.Sprintf("LRSchedule(%d)", int(s))
-}
-
-// NewAdamW returns the defaults: learning rate 3e-4, betas (0.9, 0.95), epsilon 1e-8, weight
-// decay 0.01, gradient clipping at global norm 1 and no warm-up.
-func NewAdamW() AdamW {
-	return AdamW{lr: 3e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, decay: 0.01, clip: 1}
-}
-
-// LR sets the peak learning rate.
-func (o AdamW) LR(lr float64) AdamW { o.lr = lr; return o }
-
-// Betas sets Adam's moment decay rates.
-func (o AdamW) Betas(beta1, beta2 float64) AdamW { o.beta1, o.beta2 = beta1, beta2; return o }
-
-// Eps sets Adam's epsilon.
-func (o AdamW) Eps(eps float64) AdamW { o.eps = eps; return o }
-
-// WeightDecay sets the decoupled weight decay (0: plain Adam).
-func (o AdamW) WeightDecay(wd float64) AdamW { o.decay = wd; return o }
-
-// ClipNorm sets the global gradient norm above which gradients are scaled down (0: no clipping).
-func (o AdamW) ClipNorm(c float64) AdamW { o.clip = c; return o }
-
-// Warmup sets the number of steps over which the learning rate rises linearly to LR.
-func (o AdamW) Warmup(steps int) AdamW { o.warmup = steps; return o }
-
-// Schedule sets how the learning rate decays after warm-up: to floor × LR (floor in [0, 1]) at
-// step horizon, and stays there. A horizon of 0 means "the length of the run": SFT and GRPO fill
-// it with their number of optimizer steps.
-//
-//	agrl.NewAdamW().LR(2e-3).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1)
-func (o AdamW) Schedule(s LRSchedule, horizon int, floor float64) AdamW {
-	o.schedule, o.horizon, o.floor = s, horizon, floor
-	return o
-}
-
-// withHorizon returns o with its decay ending at step steps, unless a horizon was set.
-func (o AdamW) withHorizon(steps int) AdamW {
-	if o.horizon == 0 {
-		o.horizon = steps
-	}
-	return o
-}
-
-// LearningRate returns the learning rate at (1-based) step: linear warm-up, then the schedule.
-func (o AdamW) LearningRate(step int) float64 {
-	if o.warmup > 0 && step < o.warmup {
-		return o.lr * float64(step) / float64(o.warmup)
-	}
-	if o.schedule == ConstantLR || o.horizon <= o.warmup {
-		return o.lr
-	}
-	start := max(o.warmup, 1)
-	frac := min(1, float64(step-start)/float64(o.horizon-start))
-	var k float64 // 1 at the peak, 0 at the floor
-	switch o.schedule {
-	case CosineLR:
-		k = 0.5 * (1 + math.Cos(math.Pi*frac))
-	case LinearLR:
-		k = 1 - frac
-	}
-	return o.lr * (o.floor + (1-o.floor)*k)
-}
-
-// Validate reports every problem of the settings at once, or nil.
-func (o AdamW) Validate() error {
-	var errs []error
-	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
-	if bad(o.lr) || o.lr <= 0 || o.lr > 1 {
-		errs = append(errs, fmt.Errorf("learning rate %v; want in (0, 1]", o.lr))
-	}
-	if bad(o.beta1) || o.beta1 < 0 || o.beta1 >= 1 || bad(o.beta2) || o.beta2 < 0 || o.beta2 >= 1 {
-		errs = append(errs, fmt.Errorf("betas (%v, %v); want in [0, 1)", o.beta1, o.beta2))
-	}
-	if bad(o.eps) || o.eps <= 0 {
-		errs = append(errs, fmt.Errorf("epsilon %v; want > 0", o.eps))
-	}
-	if bad(o.decay) || o.decay < 0 {
-		errs = append(errs, fmt.Errorf("weight decay %v; want >= 0", o.decay))
-	}
-	if bad(o.clip) || o.clip < 0 {
-		errs = append(errs, fmt.Errorf("clip norm %v; want >= 0", o.clip))
-	}
-	if o.warmup < 0 {
-		errs = append(errs, fmt.Errorf("warm-up %d steps; want >= 0", o.warmup))
-	}
-	if o.schedule < ConstantLR || o.schedule > LinearLR {
-		errs = append(errs, fmt.Errorf("unknown learning-rate schedule %v", o.schedule))
-	}
-	if o.horizon < 0 {
-		errs = append(errs, fmt.Errorf("schedule horizon %d steps; want >= 0 (0: the run's length)", o.horizon))
-	}
-	if bad(o.floor) || o.floor < 0 || o.floor > 1 {
-		errs = append(errs, fmt.Errorf("schedule floor %v; want in [0, 1]", o.floor))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("agrl: invalid AdamW: %w", errors.Join(errs...))
-	}
-	return nil
-}
 
 // decays reports whether weight decay applies to the named weight.
 func decays(name string) bool {
@@ -204,7 +68,7 @@ type LossFunc func(in LossInputs) (loss *graph.Node, metrics map[string]*graph.N
 type Trainer struct {
 	p        *Policy
 	name     string
-	opt      AdamW
+	opt      agrl.AdamW
 	loss     LossFunc
 	values   []string
 	invT     float32
@@ -217,23 +81,12 @@ type Trainer struct {
 	metricsOnce sync.Once
 }
 
-// StepStats reports one optimizer step.
-type StepStats struct {
-	Step     int                `json:"step"`
-	Loss     float64            `json:"loss"`
-	GradNorm float64            `json:"grad_norm"`
-	LR       float64            `json:"lr"`
-	Tokens   int                `json:"tokens"` // real (unpadded) target tokens in the batch
-	Seconds  float64            `json:"seconds"`
-	Metrics  map[string]float64 `json:"metrics,omitempty"`
-}
-
 const optScope = "/opt"
 
 // NewTrainer builds a trainer named name (its optimizer state is kept under that name) that
 // minimises loss, reading the named per-token values of each batch. temperature is the one
 // log-probs are computed at (1 for SFT; the sampling temperature for RL).
-func (p *Policy) NewTrainer(name string, loss LossFunc, values []string, opt AdamW, temperature float64) (*Trainer, error) {
+func (p *Policy) NewTrainer(name string, loss LossFunc, values []string, opt agrl.AdamW, temperature float64) (*Trainer, error) {
 	var errs []error
 	if err := opt.Validate(); err != nil {
 		errs = append(errs, err)
@@ -286,7 +139,7 @@ func (t *Trainer) ensureState() error {
 	if err := create(t.statePath("step"), shapes.Make(dtypes.Float32)); err != nil {
 		return err
 	}
-	for _, w := range t.p.cfg.weightSpecs() {
+	for _, w := range t.p.arch.weightSpecs() {
 		shape := shapes.Make(dtypes.Float32, w.dims...)
 		for _, m := range []string{"m", "v"} {
 			if err := create(t.statePath(m, w.name), shape); err != nil {
@@ -332,10 +185,10 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 	tokens := in[0]
 	tl := tokens.Shape().Dimensions[1]
 	w = p.mustWeights(g)
-	logp, ent, top1 := p.cfg.tokenStats(w, tokens, graph.Const(g, t.invT)) // [B, T-1]
+	logp, ent, top1 := p.arch.tokenStats(w, tokens, graph.Const(g, t.invT)) // [B, T-1]
 	shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
 	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: top1, Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{},
-		Valid: graph.ConvertDType(graph.NotEqual(shift(tokens), graph.Const(g, PAD)), dtypes.Float32)}
+		Valid: graph.ConvertDType(graph.NotEqual(shift(tokens), graph.Const(g, agrl.PAD)), dtypes.Float32)}
 	nv := len(t.values)
 	for i, name := range t.values {
 		li.Values[name] = shift(in[1+i])
@@ -363,7 +216,7 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 
 // weightVars returns the weight variables in weightSpecs order.
 func (p *Policy) weightVars() []*model.Variable {
-	specs := p.cfg.weightSpecs()
+	specs := p.arch.weightSpecs()
 	vars := make([]*model.Variable, len(specs))
 	for i, s := range specs {
 		vars[i] = p.store.GetVariable(model.JoinPath(lmScope, s.name))
@@ -393,10 +246,10 @@ func (t *Trainer) evalGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 // updateGraph adds up the shards' gradients (inputs: lr, then shards × weights gradients),
 // applies AdamW and returns the global gradient norm before clipping.
 func (t *Trainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
-	p, o := t.p, t.opt
+	p, o := t.p, t.opt.Spec()
 	g := in[0].Graph()
 	lr := in[0]
-	specs := p.cfg.weightSpecs()
+	specs := p.arch.weightSpecs()
 	nw := len(specs)
 	shards := (len(in) - 1) / nw
 	grads := make([]*graph.Node, nw)
@@ -412,31 +265,31 @@ func (t *Trainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	}
 	norm := graph.Sqrt(sumSq)
 	scale := graph.Const(g, float32(1))
-	if o.clip > 0 { // scale = min(1, clip / norm)
-		scale = graph.Min(scale, graph.Div(graph.Const(g, float32(o.clip)), graph.Add(norm, graph.Const(g, float32(1e-6)))))
+	if o.ClipNorm > 0 { // scale = min(1, clip / norm)
+		scale = graph.Min(scale, graph.Div(graph.Const(g, float32(o.ClipNorm)), graph.Add(norm, graph.Const(g, float32(1e-6)))))
 	}
 	stepVar := p.store.GetVariable(t.statePath("step"))
 	step := graph.Add(stepVar.NodeValue(g), graph.Const(g, float32(1)))
 	stepVar.SetNodeValue(step)
 	c := func(v float64) *graph.Node { return graph.Const(g, float32(v)) }
-	b1, b2 := c(o.beta1), c(o.beta2)
+	b1, b2 := c(o.Beta1), c(o.Beta2)
 	// Bias corrections folded into the step size: lr·√(1-β2^t)/(1-β1^t).
 	corr1 := graph.OneMinus(graph.Pow(b1, step))
 	corr2 := graph.OneMinus(graph.Pow(b2, step))
 	stepSize := graph.Div(graph.Mul(lr, graph.Sqrt(corr2)), corr1)
-	epsHat := graph.Mul(c(o.eps), graph.Sqrt(corr2))
+	epsHat := graph.Mul(c(o.Eps), graph.Sqrt(corr2))
 	vars := p.weightVars()
 	for i, s := range specs {
 		w := vars[i].NodeValue(g)
 		gr := graph.Mul(grads[i], scale)
 		mVar, vVar := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
-		m := graph.Add(graph.Mul(b1, mVar.NodeValue(g)), graph.Mul(c(1-o.beta1), gr))
-		v := graph.Add(graph.Mul(b2, vVar.NodeValue(g)), graph.Mul(c(1-o.beta2), graph.Square(gr)))
+		m := graph.Add(graph.Mul(b1, mVar.NodeValue(g)), graph.Mul(c(1-o.Beta1), gr))
+		v := graph.Add(graph.Mul(b2, vVar.NodeValue(g)), graph.Mul(c(1-o.Beta2), graph.Square(gr)))
 		mVar.SetNodeValue(m)
 		vVar.SetNodeValue(v)
 		upd := graph.Mul(stepSize, graph.Div(m, graph.Add(graph.Sqrt(v), epsHat)))
-		if o.decay > 0 && decays(s.name) {
-			upd = graph.Add(upd, graph.Mul(graph.Mul(lr, c(o.decay)), w))
+		if o.WeightDecay > 0 && decays(s.name) {
+			upd = graph.Add(upd, graph.Mul(graph.Mul(lr, c(o.WeightDecay)), w))
 		}
 		vars[i].SetNodeValue(graph.Sub(w, upd))
 	}
@@ -547,20 +400,20 @@ func (t *Trainer) ensureExecs() error {
 }
 
 // Step takes one optimizer step on the batch and reports it.
-func (t *Trainer) Step(b TrainBatch) (StepStats, error) {
+func (t *Trainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	start := time.Now()
 	if err := t.validate(b); err != nil {
-		return StepStats{}, err
+		return agrl.StepStats{}, err
 	}
 	shards, n := t.shardArgs(b)
 	t.p.mu.Lock()
 	defer t.p.mu.Unlock()
 	if err := t.ensureExecs(); err != nil {
-		return StepStats{}, err
+		return agrl.StepStats{}, err
 	}
 	outs, err := runShards(t.gradExec, shards)
 	if err != nil {
-		return StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+		return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
 	}
 	st := t.stats(outs)
 	step := t.steps() + 1
@@ -579,7 +432,7 @@ func (t *Trainer) Step(b TrainBatch) (StepStats, error) {
 		}
 	}
 	if err != nil {
-		return StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
+		return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
 	}
 	st.GradNorm = float64(tensors.MustCopyFlatData[float32](res[0])[0])
 	st.Step, st.LR, st.Tokens, st.Seconds = step, lr, n, time.Since(start).Seconds()
@@ -590,10 +443,10 @@ func (t *Trainer) Step(b TrainBatch) (StepStats, error) {
 }
 
 // Eval computes the loss and metrics on a batch without changing the weights.
-func (t *Trainer) Eval(b TrainBatch) (StepStats, error) {
+func (t *Trainer) Eval(b TrainBatch) (agrl.StepStats, error) {
 	start := time.Now()
 	if err := t.validate(b); err != nil {
-		return StepStats{}, err
+		return agrl.StepStats{}, err
 	}
 	shards, n := t.shardArgs(b)
 	t.p.mu.RLock()
@@ -602,11 +455,11 @@ func (t *Trainer) Eval(b TrainBatch) (StepStats, error) {
 	err := t.ensureExecs()
 	t.p.execMu.Unlock()
 	if err != nil {
-		return StepStats{}, err
+		return agrl.StepStats{}, err
 	}
 	outs, err := runShards(t.evalExec, shards)
 	if err != nil {
-		return StepStats{}, fmt.Errorf("agrl: eval: %w", err)
+		return agrl.StepStats{}, fmt.Errorf("agrl: eval: %w", err)
 	}
 	st := t.stats(outs)
 	st.Step, st.Tokens, st.Seconds = t.steps(), n, time.Since(start).Seconds()
@@ -614,13 +467,13 @@ func (t *Trainer) Eval(b TrainBatch) (StepStats, error) {
 }
 
 // stats adds up the shards' losses and metrics.
-func (t *Trainer) stats(outs [][]*tensors.Tensor) StepStats {
+func (t *Trainer) stats(outs [][]*tensors.Tensor) agrl.StepStats {
 	scalar := func(x *tensors.Tensor) float64 {
 		v := float64(tensors.MustCopyFlatData[float32](x)[0])
 		_ = x.FinalizeAll()
 		return v
 	}
-	var st StepStats
+	var st agrl.StepStats
 	if len(t.metrics) > 0 {
 		st.Metrics = map[string]float64{}
 	}

@@ -1,0 +1,188 @@
+package learn
+
+import (
+	"agrl.dev/agrl"
+
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/gomlx/gomlx/core/graph"
+)
+
+// SFTLoss is the behaviour-cloning loss: the mean negative log-likelihood of the target tokens
+// whose "mask" value is 1 (the actions of expert episodes; never prompt or observation tokens).
+// It divides by the whole batch's masked token count (LossInputs.Sums). Its metrics are "nll"
+// (the loss), "accuracy" (the fraction of masked targets that are the most likely token) and
+// "tokens" (the masked target count).
+func SFTLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
+	mask := graph.Mul(in.Values["mask"], in.Valid) // [B, T-1]
+	g := mask.Graph()
+	n := graph.Max(in.Sums["mask"], graph.Const(g, float32(1)))
+	loss := graph.Div(graph.Neg(graph.ReduceAllSum(graph.Mul(mask, in.LogProbs))), n)
+	acc := graph.Div(graph.ReduceAllSum(graph.Mul(mask, in.Top1)), n)
+	return loss, map[string]*graph.Node{"nll": loss, "accuracy": acc, "tokens": graph.ReduceAllSum(mask)}
+}
+
+// SFT trains the policy to imitate the expert episodes (text-level, as Play records them; each
+// is tokenised once with EncodeEpisode, and only action tokens are in the loss). When env and
+// dev tasks are given it evaluates greedy success on them (see EvalEvery). The optimizer state
+// is kept in the policy's store under "/opt/sft".
+func (p *Policy) SFT(c agrl.SFTConfig, episodes []*agrl.Episode, env agrl.Env, dev []agrl.Task) (agrl.SFTReport, error) {
+	return p.sft(c, episodes, nil, env, dev)
+}
+
+// sft is SFT with a curriculum: episode i is drawn only from step firstStep[i] on (nil: every
+// episode from the first step). Batches draw uniformly among the episodes available at the
+// step, so with every episode available from step 1 the draws are exactly SFT's.
+func (p *Policy) sft(cfg agrl.SFTConfig, episodes []*agrl.Episode, firstStep []int, env agrl.Env, dev []agrl.Task) (agrl.SFTReport, error) {
+	var rep agrl.SFTReport
+	if err := cfg.Validate(); err != nil {
+		return rep, err
+	}
+	c := cfg.Spec()
+	var seqs [][]int32
+	var masks [][]float32
+	var starts []int
+	for i, ep := range episodes {
+		tok, mask := agrl.EncodeEpisode(p.tok, ep)
+		if len(tok) > p.arch.Context {
+			rep.Dropped++
+			continue
+		}
+		m := make([]float32, len(mask))
+		for i, v := range mask {
+			m[i] = float32(v)
+		}
+		start := 1
+		if firstStep != nil {
+			start = max(firstStep[i], 1)
+		}
+		seqs, masks, starts = append(seqs, tok), append(masks, m), append(starts, start)
+	}
+	rep.Episodes = len(seqs)
+	if len(seqs) == 0 {
+		return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes fits the context of %d tokens", len(episodes), p.arch.Context)
+	}
+	draws, err := newEpisodeDraws(starts, c.Seed)
+	if err != nil {
+		return rep, err
+	}
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, c.Optimizer.ForSteps(c.Steps), 1)
+	if err != nil {
+		return rep, err
+	}
+	evaluate := func() error {
+		if env == nil || len(dev) == 0 {
+			return nil
+		}
+		ev, err := p.Evaluate(env, dev, c.Eval)
+		if err != nil {
+			return err
+		}
+		ev.Step = tr.Steps()
+		rep.Evals = append(rep.Evals, ev)
+		return nil
+	}
+	var tokens int
+	var seconds float64
+	for step := 1; step <= c.Steps; step++ {
+		b := TrainBatch{Values: map[string][][]float32{"mask": nil}}
+		for range c.Batch {
+			k := draws.next(step)
+			b.Tokens = append(b.Tokens, seqs[k])
+			b.Values["mask"] = append(b.Values["mask"], masks[k])
+		}
+		st, err := tr.Step(b)
+		if err != nil {
+			return rep, err
+		}
+		rep.Steps = append(rep.Steps, st)
+		tokens += st.Tokens
+		seconds += st.Seconds
+		if c.Log != nil {
+			c.Log(st)
+		}
+		if c.EvalEvery > 0 && step%c.EvalEvery == 0 && step < c.Steps {
+			if err := evaluate(); err != nil {
+				return rep, err
+			}
+		}
+	}
+	if seconds > 0 {
+		rep.TokensPerSecond = float64(tokens) / seconds
+	}
+	return rep, evaluate()
+}
+
+// Evaluate plays the tasks with Rollout (batched; the zero RolloutOptions decodes greedily)
+// and summarises success, turns, invalid actions, tool calls and terminations.
+func (p *Policy) Evaluate(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) (agrl.EvalReport, error) {
+	rep := agrl.EvalReport{Terminations: map[agrl.Termination]int{}}
+	const chunk = 64
+	turns, invalid, tools := 0, 0, 0
+	for lo := 0; lo < len(tasks); lo += chunk {
+		hi := min(lo+chunk, len(tasks))
+		o := opt
+		o.Sampling.Seed += uint64(lo)
+		eps, st, err := p.Rollout(env, tasks[lo:hi], o)
+		if err != nil {
+			return rep, err
+		}
+		rep.Stats.Episodes += st.Episodes
+		rep.Stats.Steps += st.Steps
+		rep.Stats.Tokens += st.Tokens
+		rep.Stats.Generated += st.Generated
+		rep.Stats.Seconds += st.Seconds
+		for _, ep := range eps {
+			rep.Episodes++
+			if ep.Correct {
+				rep.Success++
+			}
+			turns += len(ep.Turns)
+			invalid += ep.InvalidActions()
+			tools += ep.ToolCalls()
+			rep.Terminations[ep.Termination]++
+		}
+	}
+	if rep.Episodes > 0 {
+		n := float64(rep.Episodes)
+		rep.Success /= n
+		rep.MeanTurns = float64(turns) / n
+		rep.ToolCallRate = float64(tools) / n
+	}
+	if turns > 0 {
+		rep.InvalidRate = float64(invalid) / float64(turns)
+	}
+	return rep, nil
+}
+
+// episodeDraws draws the episodes of SFT batches: uniformly, with replacement, among those whose
+// first step has come.
+type episodeDraws struct {
+	order     []int // episode indices by first step (stable: the identity without a curriculum)
+	starts    []int // first step of each episode
+	available int   // order[:available] may be drawn
+	rng       *rand.Rand
+}
+
+func newEpisodeDraws(starts []int, seed uint64) (*episodeDraws, error) {
+	order := make([]int, len(starts))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return starts[order[a]] < starts[order[b]] })
+	if len(order) == 0 || starts[order[0]] > 1 {
+		return nil, errors.New("agrl: SFT: no episode is available at the first step")
+	}
+	return &episodeDraws{order: order, starts: starts, rng: rand.New(rand.NewPCG(seed, 0x736674))}, nil // "sft"
+}
+
+// next draws the index of one episode available at step (steps count from 1, in order).
+func (d *episodeDraws) next(step int) int {
+	for d.available < len(d.order) && d.starts[d.order[d.available]] <= step {
+		d.available++
+	}
+	return d.order[d.rng.IntN(d.available)]
+}

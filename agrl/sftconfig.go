@@ -1,0 +1,150 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SFTConfig configures behaviour cloning on expert episodes, the warm start before RL. It is a
+// value: setters return copies.
+//
+//	rep, err := agrl.SFT().Steps(300).Batch(32).Run(pol, expertEpisodes, env, devTasks)
+type SFTConfig struct {
+	steps, batch, evalEvery int
+	opt                     AdamW
+	seed                    uint64
+	eval                    RolloutOptions
+	log                     func(StepStats)
+}
+
+// SFT returns the defaults: 300 steps of 32 episodes, AdamW at peak learning rate 3e-3 with 20
+// warm-up steps and a cosine decay to 3e-4 at the last step, evaluation on the dev tasks at the
+// end only, greedy decoding.
+func SFT() SFTConfig {
+	return SFTConfig{steps: 300, batch: 32, opt: NewAdamW().LR(3e-3).Warmup(20).Schedule(CosineLR, 0, 0.1), seed: 1}
+}
+
+// SFTSpec is every setting of an SFTConfig, as the learner reads it.
+type SFTSpec struct {
+	Steps, Batch, EvalEvery int
+	Optimizer               AdamW
+	Seed                    uint64
+	Eval                    RolloutOptions
+	Log                     func(StepStats)
+}
+
+// Spec returns the settings.
+func (c SFTConfig) Spec() SFTSpec {
+	return SFTSpec{Steps: c.steps, Batch: c.batch, EvalEvery: c.evalEvery, Optimizer: c.opt, Seed: c.seed, Eval: c.eval, Log: c.log}
+}
+
+// Steps sets the number of optimizer steps.
+func (c SFTConfig) Steps(n int) SFTConfig { c.steps = n; return c }
+
+// Batch sets the number of episodes per step.
+func (c SFTConfig) Batch(n int) SFTConfig { c.batch = n; return c }
+
+// Optimizer sets the AdamW settings.
+func (c SFTConfig) Optimizer(o AdamW) SFTConfig { c.opt = o; return c }
+
+// Seed sets the seed that draws the batches.
+func (c SFTConfig) Seed(seed uint64) SFTConfig { c.seed = seed; return c }
+
+// EvalEvery evaluates greedy success on the dev tasks every n steps (0: at the end only).
+func (c SFTConfig) EvalEvery(n int) SFTConfig { c.evalEvery = n; return c }
+
+// Eval sets how dev episodes are played (the zero value: greedy, the env's limits, the whole
+// context as budget).
+func (c SFTConfig) Eval(o RolloutOptions) SFTConfig { c.eval = o; return c }
+
+// Log sets a function called after every step (progress bars, metrics files).
+func (c SFTConfig) Log(fn func(StepStats)) SFTConfig { c.log = fn; return c }
+
+// Validate reports every problem of the settings at once, or nil.
+func (c SFTConfig) Validate() error {
+	var errs []error
+	if c.steps <= 0 {
+		errs = append(errs, fmt.Errorf("steps %d; want > 0", c.steps))
+	}
+	if c.batch <= 0 {
+		errs = append(errs, fmt.Errorf("batch %d; want > 0", c.batch))
+	}
+	if c.evalEvery < 0 {
+		errs = append(errs, fmt.Errorf("eval every %d; want >= 0", c.evalEvery))
+	}
+	if err := c.opt.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.eval.Sampling.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: invalid SFT: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// SFTReport is what a behaviour-cloning run measured.
+type SFTReport struct {
+	// Steps holds every step's loss, token accuracy ("accuracy" metric) and timing.
+	Steps []StepStats `json:"steps"`
+	// Evals holds the dev evaluations, in step order.
+	Evals []EvalReport `json:"evals,omitempty"`
+	// Episodes is the number of expert episodes trained on; Dropped those that did not fit
+	// the context.
+	Episodes, Dropped int
+	// TokensPerSecond is the training throughput over all steps (target tokens).
+	TokensPerSecond float64 `json:"tokens_per_second"`
+}
+
+// Final returns the last step's stats.
+func (r SFTReport) Final() StepStats {
+	if len(r.Steps) == 0 {
+		return StepStats{}
+	}
+	return r.Steps[len(r.Steps)-1]
+}
+
+// ExpertEpisodes plays every task with a text-level agent (an environment's expert) through
+// Play and returns the episodes that ended with a correct answer, the material for SFT.
+func ExpertEpisodes(env Env, expert Agent, tasks []Task, lim Limits) ([]*Episode, error) {
+	var out []*Episode
+	for _, t := range tasks {
+		ep, err := Play(env, t, expert, lim)
+		if err != nil {
+			return nil, err
+		}
+		if ep.Correct {
+			out = append(out, ep)
+		}
+	}
+	if len(out) == 0 && len(tasks) > 0 {
+		return nil, fmt.Errorf("agrl: the expert solved none of %d %s tasks", len(tasks), env.Name())
+	}
+	return out, nil
+}
+
+// EvalReport summarises the policy on a set of tasks.
+type EvalReport struct {
+	Step     int     `json:"step"`
+	Episodes int     `json:"episodes"`
+	Success  float64 `json:"success"` // fraction answered correctly
+	// MeanTurns is the mean number of actions; InvalidRate the fraction of actions that broke
+	// the protocol; ToolCallRate the mean tool calls per episode.
+	MeanTurns    float64             `json:"mean_turns"`
+	InvalidRate  float64             `json:"invalid_rate"`
+	ToolCallRate float64             `json:"tool_call_rate"`
+	Terminations map[Termination]int `json:"terminations"`
+	Stats        RolloutStats        `json:"rollout"`
+}
+
+// StepStats reports one optimizer step.
+type StepStats struct {
+	Step     int                `json:"step"`
+	Loss     float64            `json:"loss"`
+	GradNorm float64            `json:"grad_norm"`
+	LR       float64            `json:"lr"`
+	Tokens   int                `json:"tokens"` // real (unpadded) target tokens in the batch
+	Seconds  float64            `json:"seconds"`
+	Metrics  map[string]float64 `json:"metrics,omitempty"`
+}
