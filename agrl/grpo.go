@@ -34,6 +34,8 @@ type GRPOSpec struct {
 	LM     LM
 	lmSet  bool
 	From   string
+	// warmStartless records WarmStartSteps(n > 0) called without a warm start (an error).
+	warmStartless int
 
 	SFT          *SFTConfig
 	Demos        []Demo
@@ -63,11 +65,22 @@ type GRPOSpec struct {
 	Progress                     func(string)
 }
 
-// Spec returns the settings, with LM resolved (see GRPOSpec).
+// Spec returns the settings, resolved for the run's Seed: LM is the policy configuration
+// (TinyLM unless Policy set one) seeded with Seed, the warm start's SFT batches are drawn with
+// Seed, and each Demo with a NewAgent has its Agent built from Seed.
 func (g GRPO) Spec() GRPOSpec {
 	s := g.s
 	s.LM = g.policyConfig()
 	s.Demos = append([]Demo(nil), g.s.Demos...)
+	for i, d := range s.Demos {
+		if d.NewAgent != nil {
+			s.Demos[i].Agent = d.NewAgent(s.Seed)
+		}
+	}
+	if s.SFT != nil {
+		sft := s.SFT.Seed(s.Seed)
+		s.SFT = &sft
+	}
 	return s
 }
 
@@ -78,6 +91,9 @@ type Demo struct {
 	Name string `json:"name"`
 	// Agent plays the demonstration episodes.
 	Agent Agent `json:"-"`
+	// NewAgent, when set, builds the agent from the run's seed instead (a seeded agent such as
+	// calc.Guesser), so that GRPO.Seed reseeds it; it takes precedence over Agent.
+	NewAgent func(seed uint64) Agent `json:"-"`
 	// Weight is the share of episodes (normalised over all demos).
 	Weight float64 `json:"weight"`
 	// After is the fraction of the warm start's SFT steps (0 ≤ After < 1) that pass before
@@ -94,6 +110,10 @@ type Demo struct {
 // (train) and 0.3 (eval), the env's turn limit, the whole context as token budget, the default
 // 20/50/30 mix, evaluation of 64 tasks every 25 steps, trajectories every 25 steps, 100 steps,
 // seed 1.
+//
+// These are generic defaults, close to TRL's, not tuned for any environment. The measured
+// configurations are the environments' recipes (calc.Recipe, multihop.Recipe, …), which start
+// from NewGRPO and set everything they depend on: start from a recipe to train.
 func NewGRPO() GRPO {
 	return GRPO{GRPOSpec{
 		Mix: NewMix(1), Group: 8, TasksPerStep: 4, ClipLow: 0.2, ClipHigh: 0.2, KL: 0.01, KLEstimator: K3,
@@ -122,10 +142,28 @@ func (g GRPO) From(checkpointDir string) GRPO { g.s.From = checkpointDir; return
 
 // WarmStart runs behaviour cloning before GRPO on demonstration episodes played by the demos
 // (shares by weight) on training tasks. Mixing an expert with an agent that answers without
-// tools gives an imperfect start that GRPO must improve on, as a base model would be.
+// tools gives an imperfect start that GRPO must improve on, as a base model would be. The SFT
+// batches are drawn with the run's Seed (SFTConfig's own seed applies to Policy.SFT alone).
 func (g GRPO) WarmStart(sft SFTConfig, demos ...Demo) GRPO {
 	g.s.SFT = &sft
 	g.s.Demos = append([]Demo(nil), demos...)
+	return g
+}
+
+// WarmStartSteps sets the SFT steps of the warm start, keeping its demonstrations and
+// optimizer (a shorter or longer warm start of the same recipe); 0 removes the warm start.
+// Without a warm start it is an error reported by Validate unless n is 0.
+func (g GRPO) WarmStartSteps(n int) GRPO {
+	if n == 0 {
+		g.s.SFT, g.s.Demos = nil, nil
+		return g
+	}
+	if g.s.SFT == nil {
+		g.s.warmStartless = n
+		return g
+	}
+	sft := g.s.SFT.Steps(n)
+	g.s.SFT = &sft
 	return g
 }
 
@@ -287,7 +325,7 @@ func (g GRPO) Validate() error {
 			add("warm start without demonstrations (pass at least one Demo)")
 		}
 		for i, d := range g.s.Demos {
-			if d.Agent == nil {
+			if d.Agent == nil && d.NewAgent == nil {
 				add("demo %d (%q) has no agent", i, d.Name)
 			}
 			if bad(d.Weight) || d.Weight < 0 {
@@ -303,6 +341,9 @@ func (g GRPO) Validate() error {
 		if g.s.DemoEpisodes < 1 {
 			add("demo episodes %d; want >= 1", g.s.DemoEpisodes)
 		}
+	}
+	if g.s.warmStartless > 0 {
+		add("WarmStartSteps(%d) without a warm start (call WarmStart first)", g.s.warmStartless)
 	}
 	if g.s.Group < 2 {
 		add("group size %d; GRPO needs >= 2 samples per task", g.s.Group)

@@ -413,6 +413,7 @@ func (r *Run) Trajectories(step int) ([]*Episode, error) {
 	})
 	return eps, err
 }
+
 // RewriteMetrics replaces metrics.jsonl with the given lines (atomically): a resumed run keeps
 // the steps up to its checkpoint.
 func (w *RunWriter) RewriteMetrics(ms []Metrics) error {
@@ -428,5 +429,3 @@ func (w *RunWriter) RewriteMetrics(ms []Metrics) error {
 	}
 	return writeFileAtomic(filepath.Join(w.dir, RunMetricsFile), buf)
 }
-
-

@@ -32,18 +32,22 @@ type Entry struct {
 	// tools, often wrongly, as an untrained model would: mixed into warm-start
 	// demonstrations it leaves GRPO something to discover. Nil otherwise.
 	Guesser func(seed uint64) agrl.Agent
+	// Recipe returns the environment's GRPO configuration: policy, warm start, GRPO settings
+	// and evaluation, ready to train (`agrl train` takes its flag defaults from it).
+	Recipe func() agrl.GRPO
 }
 
-// Demos returns the warm-start demonstrations of the environment: the expert, and, when the
-// environment has a guesser, the guesser with share guessFrac (0..1), whose episodes join the
-// SFT batches after the fraction guessAfter (0 ≤ guessAfter < 1) of its steps (agrl.Demo.After).
-func (e Entry) Demos(seed uint64, guessFrac, guessAfter float64) []agrl.Demo {
+// Demos returns warm-start demonstrations of the environment: the expert, and, when the
+// environment has a guesser, the guesser (seeded by the run's seed) with share guessFrac (0..1),
+// whose episodes join the SFT batches after the fraction guessAfter (0 ≤ guessAfter < 1) of its
+// steps (agrl.Demo.After).
+func (e Entry) Demos(guessFrac, guessAfter float64) []agrl.Demo {
 	if e.Guesser == nil || guessFrac <= 0 {
 		return []agrl.Demo{{Name: "expert", Agent: e.Expert(), Weight: 1}}
 	}
 	return []agrl.Demo{
 		{Name: "expert", Agent: e.Expert(), Weight: 1 - guessFrac},
-		{Name: "guess", Agent: e.Guesser(seed), Weight: guessFrac, After: guessAfter},
+		{Name: "guess", NewAgent: e.Guesser, Weight: guessFrac, After: guessAfter},
 	}
 }
 
@@ -55,6 +59,7 @@ var registry = []Entry{
 		Expert:  calc.Expert,
 		Rubric:  calc.Rubric,
 		Guesser: calc.Guesser,
+		Recipe:  calc.Recipe,
 	},
 	{
 		Name:   "multihop",
@@ -62,6 +67,7 @@ var registry = []Entry{
 		New:    func() agrl.Env { return multihop.New() },
 		Expert: multihop.Expert,
 		Rubric: multihop.Rubric,
+		Recipe: multihop.Recipe,
 	},
 	{
 		Name:   "filesearch",
@@ -69,6 +75,7 @@ var registry = []Entry{
 		New:    func() agrl.Env { return filesearch.New() },
 		Expert: filesearch.Expert,
 		Rubric: filesearch.Rubric,
+		Recipe: filesearch.Recipe,
 	},
 }
 

@@ -116,7 +116,7 @@ func parseGrid(s string) ([]gridPoint, error) {
 func cmdSweep(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sweep", stderr)
 	var f trainFlags
-	f.register(fs)
+	f.register(fs, args)
 	grid := fs.String("grid", "", `the grid, e.g. "lr=1e-4,3e-4;kl=0,0.01" (axes: `+strings.Join(sweepNames(), ", ")+")")
 	fs.StringVar(&f.out, "out", "", "sweep directory (default runs/sweep-ENV)")
 	if err := parse(fs, args); err != nil {

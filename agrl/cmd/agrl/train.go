@@ -35,53 +35,111 @@ type trainFlags struct {
 	dynamic, quiet                    bool
 }
 
+// recipeDefaults returns the recipe of the environment named by the -env flag in args (calc when
+// absent or unknown: an unknown name is reported when the flags are turned into a configuration),
+// so that every flag's default is the chosen environment's recipe.
+func recipeDefaults(args []string) (string, agrl.GRPOSpec) {
+	name := "calc"
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, "env="); ok {
+			name = v
+		} else if a == "env" && i+1 < len(args) {
+			name = args[i+1]
+		}
+	}
+	entry, err := envs.Get(name)
+	if err != nil {
+		entry, _ = envs.Get("calc")
+	}
+	return name, entry.Recipe().Spec()
+}
+
+// guessShare returns the share and the start (Demo.After) of a recipe's guessing demonstrations
+// (0, 0 without a source named "guess").
+func guessShare(demos []agrl.Demo) (share, after float64) {
+	total := 0.0
+	for _, d := range demos {
+		total += d.Weight
+	}
+	for _, d := range demos {
+		if d.Name == "guess" && total > 0 {
+			return d.Weight / total, d.After
+		}
+	}
+	return 0, 0
+}
+
+// formatMix writes a mix's easy, medium and hard shares as -demo-mix reads them.
+func formatMix(m *agrl.Mix) string {
+	if m == nil {
+		return ""
+	}
+	fr := m.Fractions()
+	return fmt.Sprintf("%g,%g,%g", fr[agrl.Easy], fr[agrl.Medium], fr[agrl.Hard])
+}
+
+// register defines the flags; each default is the recipe of the environment that args name.
 func (f *trainFlags) register(fs interface {
 	StringVar(*string, string, string, string)
 	IntVar(*int, string, int, string)
 	Float64Var(*float64, string, float64, string)
 	Uint64Var(*uint64, string, uint64, string)
 	BoolVar(*bool, string, bool, string)
-}) {
-	fs.StringVar(&f.env, "env", "calc", "environment: "+strings.Join(envs.Names(), ", "))
-	fs.StringVar(&f.preset, "preset", "tiny", "model preset: tiny (CPU) or small (GPU)")
-	fs.StringVar(&f.backend, "backend", "", `compute backend, e.g. "go" or "xla:cuda" (default: $GOMLX_BACKEND, else the pure-Go CPU backend)`)
+}, args []string) {
+	env, r := recipeDefaults(args)
+	sftSteps, sftLR := 0, 0.0
+	if r.SFT != nil {
+		sftSteps, sftLR = r.SFT.Spec().Steps, r.SFT.Spec().Optimizer.Spec().LR
+	}
+	guess, after := guessShare(r.Demos)
+	clipHigh := 0.0
+	if r.ClipHigh != r.ClipLow {
+		clipHigh = r.ClipHigh
+	}
+	fs.StringVar(&f.env, "env", env, "environment: "+strings.Join(envs.Names(), ", ")+"; every other default is its recipe's")
+	fs.StringVar(&f.preset, "preset", "tiny", "model preset: tiny (CPU; the recipe's policy) or small (GPU)")
+	fs.StringVar(&f.backend, "backend", "", `compute backend, e.g. "go:ops_sequential" or "xla:cuda" (default: $AGRL_BACKEND, else $GOMLX_BACKEND, else go:ops_sequential)`)
 	fs.StringVar(&f.from, "from", "", "start from this checkpoint directory instead of a warm start")
-	fs.IntVar(&f.steps, "steps", 300, "GRPO steps")
-	fs.IntVar(&f.group, "group", 8, "episodes per task (G)")
-	fs.IntVar(&f.tasks, "tasks", 4, "tasks per step")
-	fs.IntVar(&f.sftSteps, "sft-steps", 2000, "warm-start SFT steps (0: no warm start)")
-	fs.IntVar(&f.demos, "demos", 16384, "warm-start demonstration episodes")
-	fs.Float64Var(&f.sftLR, "sft-lr", 3e-3, "warm-start SFT peak learning rate (20 warm-up steps, cosine decay to a tenth)")
-	fs.Float64Var(&f.guessFrac, "guess-frac", 0.4, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
-	fs.Float64Var(&f.guessAfter, "guess-after", 0.5, "fraction of the warm-start SFT steps before the guessing demonstrations join (a curriculum: tool use first)")
-	fs.StringVar(&f.demoMix, "demo-mix", "0.1,0.3,0.6", "easy,medium,hard shares of the warm-start demonstration tasks (long demonstrations teach copying); empty: the training mix")
-	fs.IntVar(&f.evalTasks, "eval-tasks", 64, "tasks per evaluation split")
-	fs.IntVar(&f.evalEvery, "eval-every", 25, "evaluate on dev every N steps (0: only before and after)")
-	fs.IntVar(&f.maxTokens, "max-tokens", 0, "episode token budget (0: the model's context)")
-	fs.IntVar(&f.context, "context", 0, "model context in tokens (0: the preset's: 512 for tiny, 1024 for small)")
-	fs.IntVar(&f.maxActionTokens, "max-action-tokens", 80, "tokens per action (0: no cap)")
-	fs.Float64Var(&f.lr, "lr", 1e-4, "learning rate")
-	fs.Float64Var(&f.kl, "kl", 0.01, "KL coefficient β to the reference policy (0: none)")
-	fs.Float64Var(&f.clip, "clip", 0.2, "clip ε (both sides)")
-	fs.Float64Var(&f.clipHigh, "clip-high", 0, "upper clip ε (DAPO: 0.28); 0 means the same as -clip")
-	fs.Float64Var(&f.temp, "temperature", 0.5, "sampling temperature of training rollouts")
-	fs.Float64Var(&f.evalTemp, "eval-temperature", 0.3, "sampling temperature of evaluations")
-	fs.Uint64Var(&f.seed, "seed", 1, "seed of everything")
-	fs.BoolVar(&f.dynamic, "dynamic", false, "dynamic sampling: refill groups whose rewards are all equal")
+	fs.IntVar(&f.steps, "steps", r.Steps, "GRPO steps")
+	fs.IntVar(&f.group, "group", r.Group, "episodes per task (G)")
+	fs.IntVar(&f.tasks, "tasks", r.TasksPerStep, "tasks per step")
+	fs.IntVar(&f.sftSteps, "sft-steps", sftSteps, "warm-start SFT steps (0: no warm start)")
+	fs.IntVar(&f.demos, "demos", r.DemoEpisodes, "warm-start demonstration episodes")
+	fs.Float64Var(&f.sftLR, "sft-lr", sftLR, "warm-start SFT peak learning rate")
+	fs.Float64Var(&f.guessFrac, "guess-frac", guess, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
+	fs.Float64Var(&f.guessAfter, "guess-after", after, "fraction of the warm-start SFT steps before the guessing demonstrations join (a curriculum: tool use first)")
+	fs.StringVar(&f.demoMix, "demo-mix", formatMix(r.DemoMix), "easy,medium,hard shares of the warm-start demonstration tasks (long demonstrations teach copying); empty: the training mix")
+	fs.IntVar(&f.evalTasks, "eval-tasks", r.EvalTasks, "tasks per evaluation split")
+	fs.IntVar(&f.evalEvery, "eval-every", r.EvalEvery, "evaluate on dev every N steps (0: only before and after)")
+	fs.IntVar(&f.maxTokens, "max-tokens", r.MaxTokens, "episode token budget (0: the model's context)")
+	fs.IntVar(&f.context, "context", 0, "model context in tokens (0: the recipe's)")
+	fs.IntVar(&f.maxActionTokens, "max-action-tokens", r.MaxActionTokens, "tokens per action (0: no cap)")
+	fs.Float64Var(&f.lr, "lr", r.Optimizer.Spec().LR, "learning rate")
+	fs.Float64Var(&f.kl, "kl", r.KL, "KL coefficient β to the reference policy (0: none)")
+	fs.Float64Var(&f.clip, "clip", r.ClipLow, "clip ε (both sides)")
+	fs.Float64Var(&f.clipHigh, "clip-high", clipHigh, "upper clip ε (DAPO: 0.28); 0 means the same as -clip")
+	fs.Float64Var(&f.temp, "temperature", r.Temperature, "sampling temperature of training rollouts")
+	fs.Float64Var(&f.evalTemp, "eval-temperature", r.EvalTemperature, "sampling temperature of evaluations")
+	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
+	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
 }
 
-// config turns the flags into a GRPO configuration; problems are returned all at once.
+// config turns the flags into a GRPO configuration: the environment's recipe with the flags'
+// values (whose defaults are the recipe's, so no flags means exactly the recipe); problems are
+// returned all at once.
 func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	var errs []error
 	entry, err := envs.Get(f.env)
 	if err != nil {
 		return agrl.GRPO{}, usageError{err}
 	}
-	var lm agrl.LM
+	g := entry.Recipe()
+	r := g.Spec()
+	lm := r.LM
 	switch f.preset {
 	case "tiny":
-		lm = agrl.TinyLM()
 	case "small":
 		lm = agrl.SmallLM()
 	default:
@@ -102,31 +160,48 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	if f.guessAfter < 0 || f.guessAfter >= 1 {
 		errs = append(errs, fmt.Errorf("-guess-after %v: want 0 <= x < 1", f.guessAfter))
 	}
-	var demoMix *agrl.Mix
-	if f.demoMix != "" {
-		m, err := parseMix(f.demoMix)
-		if err != nil {
+	var demoMix agrl.Mix
+	switch {
+	case f.demoMix == formatMix(r.DemoMix):
+	case f.demoMix == "":
+		demoMix = r.Mix
+	default:
+		if demoMix, err = parseMix(f.demoMix); err != nil {
 			errs = append(errs, fmt.Errorf("-demo-mix %q: %w", f.demoMix, err))
 		}
-		demoMix = &m
 	}
 	if len(errs) > 0 {
 		return agrl.GRPO{}, usageError{errors.Join(errs...)}
 	}
-	g := agrl.NewGRPO().Env(entry.New()).Rubric(entry.Rubric()).Policy(lm).
-		Steps(f.steps).Group(f.group).TasksPerStep(f.tasks).LR(f.lr).KL(f.kl).ClipEps(f.clip).
+	g = g.Policy(lm).Steps(f.steps).Group(f.group).TasksPerStep(f.tasks).LR(f.lr).KL(f.kl).ClipEps(f.clip).
 		Temperature(f.temp).EvalTemperature(f.evalTemp).MaxTokens(f.maxTokens).MaxActionTokens(f.maxActionTokens).
 		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).DynamicSampling(f.dynamic).Seed(f.seed).Out(f.out)
 	if f.clipHigh > 0 {
 		g = g.ClipHigh(f.clipHigh)
 	}
-	if f.from != "" {
-		g = g.From(f.from)
-	} else if f.sftSteps > 0 {
-		sft := agrl.SFT().Steps(f.sftSteps).Seed(f.seed).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
-		g = g.WarmStart(sft, entry.Demos(f.seed, f.guessFrac, f.guessAfter)...).DemoEpisodes(f.demos)
-		if demoMix != nil {
-			g = g.DemoMix(*demoMix)
+	switch {
+	case f.from != "":
+		g = g.From(f.from).WarmStartSteps(0)
+	case f.sftSteps == 0:
+		g = g.WarmStartSteps(0)
+	case r.SFT == nil:
+		sft := agrl.SFT().Steps(f.sftSteps).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
+		g = g.WarmStart(sft, entry.Demos(f.guessFrac, f.guessAfter)...)
+	default:
+		sft := r.SFT.Steps(f.sftSteps)
+		if opt := sft.Spec().Optimizer; opt.Spec().LR != f.sftLR {
+			sft = sft.Optimizer(opt.LR(f.sftLR))
+		}
+		demos := g.Spec().Demos
+		if guess, after := guessShare(r.Demos); guess != f.guessFrac || after != f.guessAfter {
+			demos = entry.Demos(f.guessFrac, f.guessAfter)
+		}
+		g = g.WarmStart(sft, demos...)
+	}
+	if g.Spec().SFT != nil {
+		g = g.DemoEpisodes(f.demos)
+		if f.demoMix != formatMix(r.DemoMix) {
+			g = g.DemoMix(demoMix)
 		}
 	}
 	if !f.quiet {
@@ -138,7 +213,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train", stderr)
 	var f trainFlags
-	f.register(fs)
+	f.register(fs, args)
 	fs.StringVar(&f.out, "out", "", "run directory (default runs/ENV); an existing run with checkpoints is resumed")
 	if err := parse(fs, args); err != nil {
 		return err
