@@ -58,6 +58,7 @@ type GRPOSpec struct {
 	CheckpointEvery              int
 	Seed                         uint64
 	Out                          string
+	Fresh                        bool
 	Steps                        int
 	OnStep                       func(Metrics)
 	Progress                     func(string)
@@ -241,6 +242,11 @@ func (g GRPO) Seed(seed uint64) GRPO { g.s.Seed = seed; return g }
 // Out sets the run directory (required for Train; see CreateRun).
 func (g GRPO) Out(dir string) GRPO { g.s.Out = dir; return g }
 
+// Fresh starts the run afresh: Build first empties the run directory (ClearRun, which refuses
+// a directory that is not a run) instead of resuming the run it holds. For notebooks that train
+// again each time they run. Default false: an existing run is resumed, or refused.
+func (g GRPO) Fresh(on bool) GRPO { g.s.Fresh = on; return g }
+
 // Steps sets the number of GRPO steps; default 100.
 func (g GRPO) Steps(n int) GRPO { g.s.Steps = n; return g }
 
@@ -360,6 +366,9 @@ func (g GRPO) Validate() error {
 	}
 	if strings.TrimSpace(g.s.Out) == "" {
 		add("no run directory (call Out)")
+	}
+	if err := g.freshProblem(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agrl: invalid GRPO configuration: %w", errors.Join(errs...))

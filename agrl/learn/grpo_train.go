@@ -48,6 +48,11 @@ func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 	s := g.Spec()
 	t := &GRPOTrainer{cfg: s, resolved: g.Resolved(), env: s.Env, rubric: *s.Rubric}
 	t.cfg.Mix = s.Mix.Seed(s.Seed)
+	if s.Fresh {
+		if err := agrl.ClearRun(s.Out); err != nil {
+			return nil, err
+		}
+	}
 	ckdir := filepath.Join(s.Out, agrl.RunCheckpointsDir)
 	resume := len(Checkpoints(ckdir)) > 0
 	run, err := agrl.CreateRun(s.Out, t.resolved, resume)
