@@ -9,10 +9,11 @@ import (
 	"agrl.dev/agrl"
 )
 
-// EvalRecords are the forms EvalTable accepts: records as read from eval.jsonl (Run.Evals), or
-// records or results by name (the name becomes the row's label).
+// EvalRecords are the forms EvalTable accepts: records as read from eval.jsonl (Run.Evals),
+// records or results by name (the name becomes the row's label), or results by split (as
+// Run.BeforeAfter returns them).
 type EvalRecords interface {
-	[]agrl.EvalRecord | map[string]agrl.EvalRecord | map[string]agrl.EvalResult
+	[]agrl.EvalRecord | map[string]agrl.EvalRecord | map[string]agrl.EvalResult | map[agrl.Split]agrl.EvalResult
 }
 
 // EvalTable displays evaluation results, one row per record: success, pass@k, mean reward,
@@ -20,9 +21,11 @@ type EvalRecords interface {
 //
 //	nb.EvalTable(run.Evals)
 //	nb.EvalTable(map[string]agrl.EvalResult{"expert": e, "random": r})
+//	_, after := run.BeforeAfter()
+//	nb.EvalTable(after)
 func EvalTable[R EvalRecords](recs R) { ShowHTML(EvalTableHTML(recs)) }
 
-// EvalTableHTML renders what EvalTable displays. Maps are shown sorted by name.
+// EvalTableHTML renders what EvalTable displays. Maps are shown sorted by name, or by split.
 func EvalTableHTML[R EvalRecords](recs R) string {
 	var rows []agrl.EvalRecord
 	switch v := any(recs).(type) {
@@ -37,6 +40,15 @@ func EvalTableHTML[R EvalRecords](recs R) string {
 	case map[string]agrl.EvalResult:
 		for _, k := range sortedKeys(v) {
 			rows = append(rows, agrl.EvalRecord{Label: k, EvalResult: v[k]})
+		}
+	case map[agrl.Split]agrl.EvalResult:
+		splits := make([]agrl.Split, 0, len(v))
+		for s := range v {
+			splits = append(splits, s)
+		}
+		sort.Slice(splits, func(i, j int) bool { return splits[i] < splits[j] })
+		for _, s := range splits {
+			rows = append(rows, agrl.EvalRecord{Split: s, EvalResult: v[s]})
 		}
 	}
 	return evalTableHTML(rows)

@@ -46,6 +46,10 @@ func TestEvalTable(t *testing.T) {
 	if !strings.Contains(byName, ">final<") || !strings.Contains(byName, ">test<") {
 		t.Error("record map")
 	}
+	bySplit := EvalTableHTML(map[agrl.Split]agrl.EvalResult{agrl.OOD: result(0.1, 0.2), agrl.Dev: result(0.75, 0.8)})
+	if i, j := strings.Index(bySplit, ">dev<"), strings.Index(bySplit, ">ood<"); i < 0 || j < i || !strings.Contains(bySplit, ">75.0%<") {
+		t.Errorf("rows by split, dev first: %s", bySplit)
+	}
 	if !strings.Contains(EvalTableHTML([]agrl.EvalRecord(nil)), "no evaluation results") {
 		t.Error("empty table")
 	}
