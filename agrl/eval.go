@@ -22,14 +22,18 @@ type EvalResult struct {
 	MeanReward float64 `json:"mean_reward"`
 	// MeanTurns is the mean number of actions per episode.
 	MeanTurns float64 `json:"mean_turns"`
-	// ToolCallRate is the fraction of episodes that called at least one tool.
+	// ToolCallRate is the fraction of episodes that called at least one tool (the metric
+	// MetricToolCallRate).
 	ToolCallRate float64 `json:"tool_call_rate"`
+	// MeanToolCalls is the mean number of tool calls per episode (0 in records written
+	// before it existed).
+	MeanToolCalls float64 `json:"mean_tool_calls"`
 	// ToolErrorRate is the fraction of tool calls that failed.
 	ToolErrorRate float64 `json:"tool_error_rate"`
 	// InvalidRate is the fraction of actions that broke the protocol.
 	InvalidRate float64 `json:"invalid_rate"`
-	// SuccessByDifficulty is Success per difficulty name.
-	SuccessByDifficulty map[string]float64 `json:"success_by_difficulty,omitempty"`
+	// SuccessByDifficulty is Success per difficulty (JSON keys are the names, "easy"…).
+	SuccessByDifficulty map[Difficulty]float64 `json:"success_by_difficulty,omitempty"`
 	// Terminations counts episodes per termination reason.
 	Terminations map[Termination]int `json:"terminations,omitempty"`
 }
@@ -77,6 +81,7 @@ func Evaluate(eps []*Episode) (EvalResult, error) {
 	r.MeanReward /= n
 	r.MeanTurns /= n
 	r.ToolCallRate /= n
+	r.MeanToolCalls = float64(calls) / n
 	if calls > 0 {
 		r.ToolErrorRate = float64(callErrs) / float64(calls)
 	}
@@ -95,39 +100,33 @@ func Evaluate(eps []*Episode) (EvalResult, error) {
 		}
 	}
 	r.PassAtK /= float64(r.Tasks)
-	r.SuccessByDifficulty = map[string]float64{}
+	r.SuccessByDifficulty = map[Difficulty]float64{}
 	for d, c := range perDiff {
-		r.SuccessByDifficulty[d.String()] = float64(c[0]) / float64(c[1])
+		r.SuccessByDifficulty[d] = float64(c[0]) / float64(c[1])
 	}
 	return r, nil
 }
 
-// Difficulties returns the difficulty names present in SuccessByDifficulty, easiest first.
-func (r EvalResult) Difficulties() []string {
+// Difficulties returns the difficulties present in SuccessByDifficulty, easiest first.
+func (r EvalResult) Difficulties() []Difficulty {
 	var ds []Difficulty
-	for name := range r.SuccessByDifficulty {
-		if d, err := ParseDifficulty(name); err == nil {
-			ds = append(ds, d)
-		}
+	for d := range r.SuccessByDifficulty {
+		ds = append(ds, d)
 	}
 	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
-	out := make([]string, len(ds))
-	for i, d := range ds {
-		out[i] = d.String()
-	}
-	return out
+	return ds
 }
 
-// BeforeAfter returns the run's evaluations labelled "sft" (the warm-started policy, before
-// GRPO) and "final" (after GRPO), by split name. Either map is empty when the run did not
-// record it (no warm start, or not finished).
-func (r *Run) BeforeAfter() (before, after map[string]EvalResult) {
-	before, after = map[string]EvalResult{}, map[string]EvalResult{}
+// BeforeAfter returns the run's evaluations labelled LabelSFT (the policy GRPO starts from)
+// and LabelFinal (after GRPO), by split; the last record wins. Either map is empty when the
+// run did not record it (no warm start, or not finished).
+func (r *Run) BeforeAfter() (before, after map[Split]EvalResult) {
+	before, after = map[Split]EvalResult{}, map[Split]EvalResult{}
 	for _, e := range r.Evals {
 		switch e.Label {
-		case "sft":
+		case LabelSFT:
 			before[e.Split] = e.EvalResult
-		case "final":
+		case LabelFinal:
 			after[e.Split] = e.EvalResult
 		}
 	}
@@ -136,11 +135,11 @@ func (r *Run) BeforeAfter() (before, after map[string]EvalResult) {
 
 // FormatBeforeAfter renders a before/after table as text, one row per split (dev, test, ood)
 // with success, mean reward and tool-call rate before, after and the change in points.
-func FormatBeforeAfter(before, after map[string]EvalResult) string {
+func FormatBeforeAfter(before, after map[Split]EvalResult) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%-6s %23s %23s %23s\n", "split", "success", "mean reward", "tool-call rate")
 	fmt.Fprintf(&b, "%-6s %23s %23s %23s\n", "", "before → after (Δ)", "before → after (Δ)", "before → after (Δ)")
-	for _, s := range []string{"dev", "test", "ood"} {
+	for _, s := range []Split{Dev, Test, OOD} {
 		a, okA := after[s]
 		bf, okB := before[s]
 		if !okA && !okB {

@@ -60,6 +60,7 @@ type GRPOSpec struct {
 	CheckpointEvery              int
 	Seed                         uint64
 	Out                          string
+	Fresh                        bool
 	Steps                        int
 	OnStep                       func(Metrics)
 	Progress                     func(string)
@@ -279,6 +280,11 @@ func (g GRPO) Seed(seed uint64) GRPO { g.s.Seed = seed; return g }
 // Out sets the run directory (required for Train; see CreateRun).
 func (g GRPO) Out(dir string) GRPO { g.s.Out = dir; return g }
 
+// Fresh starts the run afresh: Build first empties the run directory (ClearRun, which refuses
+// a directory that is not a run) instead of resuming the run it holds. For notebooks that train
+// again each time they run. Default false: an existing run is resumed, or refused.
+func (g GRPO) Fresh(on bool) GRPO { g.s.Fresh = on; return g }
+
 // Steps sets the number of GRPO steps; default 100.
 func (g GRPO) Steps(n int) GRPO { g.s.Steps = n; return g }
 
@@ -402,6 +408,9 @@ func (g GRPO) Validate() error {
 	if strings.TrimSpace(g.s.Out) == "" {
 		add("no run directory (call Out)")
 	}
+	if err := g.freshProblem(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agrl: invalid GRPO configuration: %w", errors.Join(errs...))
 	}
@@ -415,48 +424,50 @@ func (g GRPO) policyConfig() LM {
 	return TinyLM().Seed(g.s.Seed)
 }
 
-// GRPOConfig is the resolved configuration of a GRPO run, as written to config.json.
+// GRPOConfig is the resolved configuration of a GRPO run, as written to config.json and read
+// back by OpenRun (Run.Config). Every field is typed; the JSON is the same as when the nested
+// parts were generic maps (see LMRecord).
 type GRPOConfig struct {
-	Env             string             `json:"env"`
-	EnvTools        []Tool             `json:"env_tools"`
-	Rubric          []RewardTerm       `json:"rubric"`
-	Mix             map[string]float64 `json:"mix"`
-	Policy          map[string]any     `json:"policy"`
-	From            string             `json:"from,omitempty"`
-	WarmStart       map[string]any     `json:"warm_start,omitempty"`
-	Group           int                `json:"group"`
-	TasksPerStep    int                `json:"tasks_per_step"`
-	ClipLow         float64            `json:"clip_low"`
-	ClipHigh        float64            `json:"clip_high"`
-	KL              float64            `json:"kl"`
-	KLEstimator     string             `json:"kl_estimator"`
-	Optimizer       map[string]any     `json:"optimizer"`
-	Epochs          int                `json:"epochs"`
-	Minibatches     int                `json:"minibatches"`
-	AdvantageNorm   string             `json:"advantage_norm"`
-	LossNorm        string             `json:"loss_norm"`
-	Temperature     float64            `json:"temperature"`
-	EvalTemperature float64            `json:"eval_temperature"`
-	MaxTurns        int                `json:"max_turns"`
-	MaxTokens       int                `json:"max_tokens"`
-	MaxActionTokens int                `json:"max_action_tokens"`
-	DynamicSampling bool               `json:"dynamic_sampling"`
-	MaskTruncated   bool               `json:"mask_truncated"`
-	EvalEvery       int                `json:"eval_every"`
-	EvalTasks       int                `json:"eval_tasks"`
-	Trajectories    int                `json:"trajectories_every"`
-	CheckpointEvery int                `json:"checkpoint_every"`
-	Seed            uint64             `json:"seed"`
-	Steps           int                `json:"steps"`
-	Out             string             `json:"out"`
+	Env             string                 `json:"env"`
+	EnvTools        []Tool                 `json:"env_tools"`
+	Rubric          []RewardTerm           `json:"rubric"`
+	Mix             map[Difficulty]float64 `json:"mix"`
+	Policy          LMRecord               `json:"policy"`
+	From            string                 `json:"from,omitempty"`
+	WarmStart       *WarmStartRecord       `json:"warm_start,omitempty"`
+	Group           int                    `json:"group"`
+	TasksPerStep    int                    `json:"tasks_per_step"`
+	ClipLow         float64                `json:"clip_low"`
+	ClipHigh        float64                `json:"clip_high"`
+	KL              float64                `json:"kl"`
+	KLEstimator     KLEstimator            `json:"kl_estimator"`
+	Optimizer       OptimizerRecord        `json:"optimizer"`
+	Epochs          int                    `json:"epochs"`
+	Minibatches     int                    `json:"minibatches"`
+	AdvantageNorm   AdvantageNorm          `json:"advantage_norm"`
+	LossNorm        LossNorm               `json:"loss_norm"`
+	Temperature     float64                `json:"temperature"`
+	EvalTemperature float64                `json:"eval_temperature"`
+	MaxTurns        int                    `json:"max_turns"`
+	MaxTokens       int                    `json:"max_tokens"`
+	MaxActionTokens int                    `json:"max_action_tokens"`
+	DynamicSampling bool                   `json:"dynamic_sampling"`
+	MaskTruncated   bool                   `json:"mask_truncated"`
+	EvalEvery       int                    `json:"eval_every"`
+	EvalTasks       int                    `json:"eval_tasks"`
+	Trajectories    int                    `json:"trajectories_every"`
+	CheckpointEvery int                    `json:"checkpoint_every"`
+	Seed            uint64                 `json:"seed"`
+	Steps           int                    `json:"steps"`
+	Out             string                 `json:"out"`
 }
 
 // Resolved returns the configuration with every default filled in, as config.json records it.
 func (g GRPO) Resolved() GRPOConfig {
 	c := GRPOConfig{
 		Group: g.s.Group, TasksPerStep: g.s.TasksPerStep, ClipLow: g.s.ClipLow, ClipHigh: g.s.ClipHigh,
-		KL: g.s.KL, KLEstimator: g.s.KLEstimator.String(), Optimizer: g.s.Optimizer.describe(), Epochs: g.s.Epochs,
-		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm.String(), LossNorm: g.s.LossNorm.String(),
+		KL: g.s.KL, KLEstimator: g.s.KLEstimator, Optimizer: g.s.Optimizer.record(), Epochs: g.s.Epochs,
+		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm, LossNorm: g.s.LossNorm,
 		Temperature: g.s.Temperature, EvalTemperature: g.s.EvalTemperature, MaxTurns: g.s.MaxTurns,
 		MaxTokens: g.s.MaxTokens, MaxActionTokens: g.s.MaxActionTokens, DynamicSampling: g.s.DynamicSampling,
 		MaskTruncated: g.s.MaskTruncated, EvalEvery: g.s.EvalEvery, EvalTasks: g.s.EvalTasks,
@@ -474,55 +485,20 @@ func (g GRPO) Resolved() GRPOConfig {
 			c.Rubric = append(c.Rubric, RewardTerm{Name: name, Weight: g.s.Rubric.Weights()[name]})
 		}
 	}
-	c.Mix = mixByName(g.s.Mix)
-	c.Policy = g.policyConfig().describe()
+	c.Mix = g.s.Mix.Fractions()
+	c.Policy = g.policyConfig().record()
 	if c.MaxTokens == 0 {
 		c.MaxTokens = g.policyConfig().ContextLen()
 	}
 	if g.s.SFT != nil {
-		var demos []map[string]any
+		ws := &WarmStartRecord{SFT: g.s.SFT.record(), Episodes: g.s.DemoEpisodes}
 		for _, d := range g.s.Demos {
-			demo := map[string]any{"name": d.Name, "weight": d.Weight}
-			if d.After > 0 {
-				demo["after"] = d.After
-			}
-			demos = append(demos, demo)
+			ws.Demos = append(ws.Demos, DemoRecord{Name: d.Name, Weight: d.Weight, After: d.After})
 		}
-		c.WarmStart = map[string]any{"sft": g.s.SFT.describe(), "demos": demos, "episodes": g.s.DemoEpisodes}
 		if g.s.DemoMix != nil {
-			c.WarmStart["mix"] = mixByName(*g.s.DemoMix)
+			ws.Mix = g.s.DemoMix.Fractions()
 		}
+		c.WarmStart = ws
 	}
 	return c
-}
-
-// mixByName returns a mix's fractions keyed by difficulty name, for config.json.
-func mixByName(m Mix) map[string]float64 {
-	out := map[string]float64{}
-	for d, f := range m.Fractions() {
-		out[d.String()] = f
-	}
-	return out
-}
-
-// describe returns the optimizer settings for config.json.
-func (o AdamW) describe() map[string]any {
-	return map[string]any{"name": "adamw", "lr": o.lr, "beta1": o.beta1, "beta2": o.beta2, "eps": o.eps,
-		"weight_decay": o.decay, "grad_clip": o.clip, "warmup": o.warmup,
-		"schedule": o.schedule.String(), "horizon": o.horizon, "floor": o.floor}
-}
-
-// describe returns the model settings for config.json.
-func (c LM) describe() map[string]any {
-	vocab := 0
-	if c.tok != nil {
-		vocab = c.Vocab()
-	}
-	return map[string]any{"vocab": vocab, "width": c.width, "layers": c.layers, "heads": c.heads,
-		"context": c.context, "mlp": c.mlp, "positions": c.positions.String(), "backend": c.backend, "seed": c.seed, "params": c.Params()}
-}
-
-// describe returns the SFT settings for config.json.
-func (c SFTConfig) describe() map[string]any {
-	return map[string]any{"steps": c.steps, "batch": c.batch, "seed": c.seed, "optimizer": c.opt.describe()}
 }

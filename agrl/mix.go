@@ -51,11 +51,20 @@ func ParseSplit(s string) (Split, error) {
 	return 0, fmt.Errorf("agrl: unknown split %q (want train, dev, test or ood)", s)
 }
 
-// MarshalText writes the split's name.
-func (s Split) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+// MarshalText writes the split's name ("" for the zero Split, no split).
+func (s Split) MarshalText() ([]byte, error) {
+	if s == 0 {
+		return nil, nil
+	}
+	return []byte(s.String()), nil
+}
 
-// UnmarshalText reads a split's name.
+// UnmarshalText reads a split's name ("" is the zero Split).
 func (s *Split) UnmarshalText(b []byte) error {
+	if len(b) == 0 {
+		*s = 0
+		return nil
+	}
 	v, err := ParseSplit(string(b))
 	if err != nil {
 		return err

@@ -41,18 +41,18 @@ const (
 )
 
 // Metrics is one step's line of metrics.jsonl: metric name → value. It always holds "step".
-// Metric names are stable (see DESIGN §2 rule 10), e.g. "reward/mean", "success", "kl",
-// "entropy", "clip/low", "frac_reward_zero_std", "tokens_per_second".
+// Metric names are stable: the Metric constants (MetricReward "reward/mean", MetricSuccess,
+// MetricKL, …) name every metric the GRPO trainer logs.
 type Metrics map[string]float64
 
 // Step returns the metrics' step number.
-func (m Metrics) Step() int { return int(m["step"]) }
+func (m Metrics) Step() int { return int(m[MetricStep]) }
 
 // EvalRecord is one line of eval.jsonl: the results of evaluating the policy on a split.
 type EvalRecord struct {
-	Step  int    `json:"step"`
-	Split string `json:"split"`
-	// Label names the policy evaluated when it is not a training step ("sft", "final").
+	Step  int   `json:"step"`
+	Split Split `json:"split"`
+	// Label names the policy evaluated when it is not a training step (LabelSFT, LabelFinal).
 	Label string `json:"label,omitempty"`
 	EvalResult
 }
@@ -237,8 +237,11 @@ func writeFileAtomic(path string, data []byte) error {
 type Run struct {
 	// Dir is the directory; Name its base name.
 	Dir, Name string
-	// Config is config.json decoded generically (nil if absent).
-	Config map[string]any
+	// Config is config.json (the zero value if absent). Settings it does not know are read
+	// with Setting.
+	Config GRPOConfig
+	// ConfigJSON is config.json as written (nil if absent).
+	ConfigJSON json.RawMessage
 	// Metrics holds metrics.jsonl in order.
 	Metrics []Metrics
 	// Evals holds eval.jsonl in order.
@@ -263,7 +266,7 @@ func OpenRun(dir string) (*Run, error) {
 	found := false
 	if b, err := os.ReadFile(filepath.Join(dir, RunConfigFile)); err == nil {
 		found = true
-		if err := json.Unmarshal(b, &r.Config); err != nil {
+		if err := decodeConfig(b, r); err != nil {
 			return nil, fmt.Errorf("agrl: %s/%s: %w", dir, RunConfigFile, err)
 		}
 	}
@@ -351,7 +354,7 @@ func readJSONL(path string, fn func([]byte) error) (lines, skipped int, err erro
 func (r *Run) Series(metric string) (steps, values []float64) {
 	for _, m := range r.Metrics {
 		if v, ok := m[metric]; ok {
-			steps = append(steps, m["step"])
+			steps = append(steps, m[MetricStep])
 			values = append(values, v)
 		}
 	}

@@ -1,6 +1,7 @@
 package agrl
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ func TestRunDirectoryRoundTrip(t *testing.T) {
 	if err := w.LogMetrics(Metrics{"reward": 1}); err == nil {
 		t.Error("metrics without a step must be refused")
 	}
-	if err := w.LogEval(EvalRecord{Step: 3, Split: "dev", EvalResult: EvalResult{N: 10, Success: 0.4}}); err != nil {
+	if err := w.LogEval(EvalRecord{Step: 3, Split: Dev, EvalResult: EvalResult{N: 10, Success: 0.4}}); err != nil {
 		t.Fatal(err)
 	}
 	ep, _ := Play(toyEnv{}, toyTask, toyExpert, Limits{})
@@ -45,8 +46,11 @@ func TestRunDirectoryRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Name != "run" || r.Config["env"] != "toy" || len(r.Metrics) != 3 || len(r.Evals) != 1 || r.Skipped != 0 {
+	if r.Name != "run" || r.Config.Env != "toy" || len(r.Metrics) != 3 || len(r.Evals) != 1 || r.Skipped != 0 {
 		t.Fatalf("run %+v", r)
+	}
+	if lr, ok := r.Setting("lr"); !ok || lr != 3e-4 {
+		t.Errorf("setting lr %v %v", lr, ok)
 	}
 	if !reflect.DeepEqual(*r.Summary, sum) {
 		t.Errorf("summary %+v", r.Summary)
@@ -160,8 +164,8 @@ func TestEvaluateHandComputed(t *testing.T) {
 	want := EvalResult{
 		Tasks: 2, N: 4, K: 2,
 		Success: 0.25, PassAtK: 0.5, MeanReward: 1.7 / 4, MeanTurns: 8.0 / 4,
-		ToolCallRate: 0.75, ToolErrorRate: 1.0 / 3, InvalidRate: 1.0 / 8,
-		SuccessByDifficulty: map[string]float64{"easy": 0.5, "hard": 0},
+		ToolCallRate: 0.75, MeanToolCalls: 3.0 / 4, ToolErrorRate: 1.0 / 3, InvalidRate: 1.0 / 8,
+		SuccessByDifficulty: map[Difficulty]float64{Easy: 0.5, Hard: 0},
 		Terminations:        map[Termination]int{Answered: 4},
 	}
 	if !near(r.MeanReward, want.MeanReward) || !near(r.ToolErrorRate, want.ToolErrorRate) {
@@ -171,7 +175,7 @@ func TestEvaluateHandComputed(t *testing.T) {
 	if !reflect.DeepEqual(r, want) {
 		t.Errorf("got  %+v\nwant %+v", r, want)
 	}
-	if got := strings.Join(r.Difficulties(), ","); got != "easy,hard" {
+	if got := fmt.Sprint(r.Difficulties()); got != "[easy hard]" {
 		t.Errorf("difficulties %s", got)
 	}
 	if _, err := Evaluate(nil); err == nil {

@@ -88,8 +88,9 @@ func (c SFTConfig) Validate() error {
 type SFTReport struct {
 	// Steps holds every step's loss, token accuracy ("accuracy" metric) and timing.
 	Steps []StepStats `json:"steps"`
-	// Evals holds the dev evaluations, in step order.
-	Evals []EvalReport `json:"evals,omitempty"`
+	// Evals holds the dev evaluations (Split Dev, Step the SFT step), in step order. The
+	// episodes are not scored by a rubric: MeanReward is 0.
+	Evals []EvalRecord `json:"evals,omitempty"`
 	// Episodes is the number of expert episodes trained on; Dropped those that did not fit
 	// the context.
 	Episodes, Dropped int
@@ -122,20 +123,6 @@ func ExpertEpisodes(env Env, expert Agent, tasks []Task, lim Limits) ([]*Episode
 		return nil, fmt.Errorf("agrl: the expert solved none of %d %s tasks", len(tasks), env.Name())
 	}
 	return out, nil
-}
-
-// EvalReport summarises the policy on a set of tasks.
-type EvalReport struct {
-	Step     int     `json:"step"`
-	Episodes int     `json:"episodes"`
-	Success  float64 `json:"success"` // fraction answered correctly
-	// MeanTurns is the mean number of actions; InvalidRate the fraction of actions that broke
-	// the protocol; ToolCallRate the mean tool calls per episode.
-	MeanTurns    float64             `json:"mean_turns"`
-	InvalidRate  float64             `json:"invalid_rate"`
-	ToolCallRate float64             `json:"tool_call_rate"`
-	Terminations map[Termination]int `json:"terminations"`
-	Stats        RolloutStats        `json:"rollout"`
 }
 
 // StepStats reports one optimizer step.

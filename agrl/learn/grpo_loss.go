@@ -67,14 +67,18 @@ func grpoLoss(epsLow, epsHigh, beta float64, est agrl.KLEstimator) LossFunc {
 		clipLow := f32(graph.LogicalAnd(graph.LessThan(ratio, c(1-epsLow)), graph.LessThan(adv, zero)))
 		clipHigh := f32(graph.LogicalAnd(graph.GreaterThan(ratio, c(1+epsHigh)), graph.GreaterThan(adv, zero)))
 		return loss, map[string]*graph.Node{
-			"kl":         mean(kl),
-			"entropy":    mean(in.Entropy),
-			"clip/low":   mean(clipLow),
-			"clip/high":  mean(clipHigh),
-			"ratio/mean": mean(ratio),
-			"ratio/dev":  mean(graph.Abs(graph.Sub(ratio, c(1)))),
-			"approx_kl":  mean(graph.Sub(graph.Sub(ratio, c(1)), logRatio)),
-			"pg_loss":    graph.Div(graph.ReduceAllSum(graph.Mul(graph.Neg(obj), mask)), n),
+			agrl.MetricKL:        mean(kl),
+			agrl.MetricEntropy:   mean(in.Entropy),
+			agrl.MetricClipLow:   mean(clipLow),
+			agrl.MetricClipHigh:  mean(clipHigh),
+			agrl.MetricRatioMean: mean(ratio),
+			agrl.MetricRatioDev:  mean(graph.Abs(graph.Sub(ratio, c(1)))),
+			agrl.MetricApproxKL:  mean(graph.Sub(graph.Sub(ratio, c(1)), logRatio)),
+			agrl.MetricPGLoss:    graph.Div(graph.ReduceAllSum(graph.Mul(graph.Neg(obj), mask)), n),
 		}
 	}
 }
+
+// lossMetrics are the metrics of grpoLoss, logged from the step's first minibatch.
+var lossMetrics = []string{agrl.MetricKL, agrl.MetricEntropy, agrl.MetricClipLow, agrl.MetricClipHigh,
+	agrl.MetricApproxKL, agrl.MetricRatioMean, agrl.MetricRatioDev, agrl.MetricPGLoss}

@@ -2,6 +2,7 @@ package learn
 
 import (
 	"agrl.dev/agrl"
+	"reflect"
 
 	"context"
 	"errors"
@@ -434,7 +435,7 @@ func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, after := r.BeforeAfter()
-	for _, s := range []string{"dev", "test", "ood"} {
+	for _, s := range []agrl.Split{agrl.Dev, agrl.Test, agrl.OOD} {
 		if _, ok := before[s]; !ok {
 			t.Errorf("no before for %s", s)
 		}
@@ -442,7 +443,13 @@ func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 			t.Errorf("no after for %s", s)
 		}
 	}
-	if before["test"].MeanReward != want.MeanReward {
-		t.Errorf("before test reward %v, want the checkpoint's %v", before["test"].MeanReward, want.MeanReward)
+	if before[agrl.Test].MeanReward != want.MeanReward {
+		t.Errorf("before test reward %v, want the checkpoint's %v", before[agrl.Test].MeanReward, want.MeanReward)
+	}
+	if got, ok := r.Before(agrl.Test); !ok || got.MeanReward != want.MeanReward || got.Success != want.Success {
+		t.Errorf("Before(test) %+v %v, want the checkpoint's %+v", got, ok, want)
+	}
+	if got, ok := r.Final(agrl.Dev); !ok || !reflect.DeepEqual(got, after[agrl.Dev]) {
+		t.Errorf("Final(dev) %+v %v", got, ok)
 	}
 }

@@ -48,6 +48,11 @@ func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 	s := g.Spec()
 	t := &GRPOTrainer{cfg: s, resolved: g.Resolved(), env: s.Env, rubric: *s.Rubric}
 	t.cfg.Mix = s.Mix.Seed(s.Seed)
+	if s.Fresh {
+		if err := agrl.ClearRun(s.Out); err != nil {
+			return nil, err
+		}
+	}
 	ckdir := filepath.Join(s.Out, agrl.RunCheckpointsDir)
 	resume := len(Checkpoints(ckdir)) > 0
 	run, err := agrl.CreateRun(s.Out, t.resolved, resume)
@@ -246,7 +251,7 @@ func (t *GRPOTrainer) WarmStart() (*agrl.SFTReport, error) {
 // evaluateStart evaluates the policy GRPO starts from on every split and records it in the
 // summary as "sft".
 func (t *GRPOTrainer) evaluateStart() error {
-	sum, err := t.evaluateAll("sft", 0)
+	sum, err := t.evaluateAll(agrl.LabelSFT, 0)
 	if err != nil {
 		return err
 	}
@@ -342,7 +347,7 @@ func (t *GRPOTrainer) evaluateAll(label string, step int) (*agrl.SplitSummary, e
 		if err != nil {
 			return nil, fmt.Errorf("agrl: evaluating %s on %s: %w", label, s, err)
 		}
-		if err := t.run.LogEval(agrl.EvalRecord{Step: step, Split: s.String(), Label: label, EvalResult: res}); err != nil {
+		if err := t.run.LogEval(agrl.EvalRecord{Step: step, Split: s, Label: label, EvalResult: res}); err != nil {
 			return nil, err
 		}
 		switch s {
@@ -353,7 +358,7 @@ func (t *GRPOTrainer) evaluateAll(label string, step int) (*agrl.SplitSummary, e
 		case agrl.OOD:
 			sum.OODSuccess = res.Success
 		}
-		t.say("%s %s: success %.3f, reward %.3f, tool calls %.2f", label, s, res.Success, res.MeanReward, res.ToolCallRate)
+		t.say("%s %s: success %.3f, reward %.3f, tool calls %.2f per episode", label, s, res.Success, res.MeanReward, res.MeanToolCalls)
 	}
 	return sum, nil
 }
@@ -417,7 +422,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := t.run.LogEval(agrl.EvalRecord{Step: t.step, Split: agrl.Dev.String(), EvalResult: res}); err != nil {
+			if err := t.run.LogEval(agrl.EvalRecord{Step: t.step, Split: agrl.Dev, EvalResult: res}); err != nil {
 				return nil, err
 			}
 			t.say("step %d dev: success %.3f, reward %.3f", t.step, res.Success, res.MeanReward)
@@ -431,7 +436,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 	if err := t.checkpoint(); err != nil {
 		return nil, err
 	}
-	final, err := t.evaluateAll("final", t.step)
+	final, err := t.evaluateAll(agrl.LabelFinal, t.step)
 	if err != nil {
 		return nil, err
 	}
@@ -535,15 +540,15 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 
 	// 6. Log: one line of metrics with stable names.
 	m := t.stepMetrics(eps, rewards, roll)
-	m["step"] = float64(step)
-	for _, k := range []string{"kl", "entropy", "clip/low", "clip/high", "approx_kl", "ratio/mean", "ratio/dev", "pg_loss"} {
+	m[agrl.MetricStep] = float64(step)
+	for _, k := range lossMetrics {
 		m[k] = agg[k]
 	}
-	m["loss"], m["grad_norm"], m["lr"] = loss, gradNorm, lr
+	m[agrl.MetricLoss], m[agrl.MetricGradNorm], m[agrl.MetricLR] = loss, gradNorm, lr
 	total := time.Since(start).Seconds()
-	m["time/step_seconds"], m["time/rollout_seconds"], m["time/update_seconds"] = total, rollSeconds, updSeconds
-	m["tokens/sampled"], m["tokens/trained"] = float64(roll.generated), float64(trained)
-	m["tokens_per_second"] = float64(roll.tokens+trained) / total
+	m[agrl.MetricStepSeconds], m[agrl.MetricRolloutSeconds], m[agrl.MetricUpdateSeconds] = total, rollSeconds, updSeconds
+	m[agrl.MetricTokensSampled], m[agrl.MetricTokensTrained] = float64(roll.generated), float64(trained)
+	m[agrl.MetricTokensPerSecond] = float64(roll.tokens+trained) / total
 	t.history = append(t.history, m)
 	if err := t.run.LogMetrics(m); err != nil {
 		return m, err
@@ -735,7 +740,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	for _, r := range rewards {
 		sq += (r - mean) * (r - mean)
 	}
-	m["reward/mean"], m["reward/std"] = mean, math.Sqrt(sq/n)
+	m[agrl.MetricReward], m[agrl.MetricRewardStd] = mean, math.Sqrt(sq/n)
 	comp := map[string]float64{}
 	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid float64
 	for _, ep := range eps {
@@ -755,18 +760,18 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 		invalid += float64(ep.InvalidActions())
 	}
 	for k, v := range comp {
-		m["reward/"+k] = v
+		m[agrl.MetricRewardTerm(k)] = v
 	}
-	m["success"] = success / n
-	m["response_length"] = length / n
-	m["turns"] = turns / n
-	m["truncated"] = truncated / n
-	m["tool_call_rate"] = callEps / n
-	m["tool_error_rate"] = ratio(callErrs, calls)
-	m["invalid_rate"] = ratio(invalid, actions)
-	m["frac_reward_zero_std"] = ratio(float64(st.zeroStd), float64(st.groups))
-	m["dynamic/refills"], m["dynamic/dropped_groups"] = float64(st.refills), float64(st.dropped)
-	m["episodes"] = n
+	m[agrl.MetricSuccess] = success / n
+	m[agrl.MetricResponseLength] = length / n
+	m[agrl.MetricTurns] = turns / n
+	m[agrl.MetricTruncated] = truncated / n
+	m[agrl.MetricToolCallRate] = callEps / n
+	m[agrl.MetricToolErrorRate] = ratio(callErrs, calls)
+	m[agrl.MetricInvalidRate] = ratio(invalid, actions)
+	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
+	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
+	m[agrl.MetricEpisodes] = n
 	return m
 }
 

@@ -81,8 +81,7 @@ func (p *Policy) sft(cfg agrl.SFTConfig, episodes []*agrl.Episode, firstStep []i
 		if err != nil {
 			return err
 		}
-		ev.Step = tr.Steps()
-		rep.Evals = append(rep.Evals, ev)
+		rep.Evals = append(rep.Evals, agrl.EvalRecord{Step: tr.Steps(), Split: agrl.Dev, EvalResult: ev})
 		return nil
 	}
 	var tokens int
@@ -116,46 +115,24 @@ func (p *Policy) sft(cfg agrl.SFTConfig, episodes []*agrl.Episode, firstStep []i
 	return rep, evaluate()
 }
 
-// Evaluate plays the tasks with Rollout (batched; the zero RolloutOptions decodes greedily)
-// and summarises success, turns, invalid actions, tool calls and terminations.
-func (p *Policy) Evaluate(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) (agrl.EvalReport, error) {
-	rep := agrl.EvalReport{Terminations: map[agrl.Termination]int{}}
+// Evaluate plays each task once with Rollout (batched; the zero RolloutOptions decodes
+// greedily) and summarises the episodes with agrl.Evaluate: success, pass@1, turns, tool-call,
+// tool-error and invalid-action rates, success by difficulty, terminations. The episodes are not
+// scored by a rubric, so MeanReward is 0; EvaluatePolicy scores them.
+func (p *Policy) Evaluate(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) (agrl.EvalResult, error) {
 	const chunk = 64
-	turns, invalid, tools := 0, 0, 0
+	var eps []*agrl.Episode
 	for lo := 0; lo < len(tasks); lo += chunk {
 		hi := min(lo+chunk, len(tasks))
 		o := opt
 		o.Sampling.Seed += uint64(lo)
-		eps, st, err := p.Rollout(env, tasks[lo:hi], o)
+		got, _, err := p.Rollout(env, tasks[lo:hi], o)
 		if err != nil {
-			return rep, err
+			return agrl.EvalResult{}, err
 		}
-		rep.Stats.Episodes += st.Episodes
-		rep.Stats.Steps += st.Steps
-		rep.Stats.Tokens += st.Tokens
-		rep.Stats.Generated += st.Generated
-		rep.Stats.Seconds += st.Seconds
-		for _, ep := range eps {
-			rep.Episodes++
-			if ep.Correct {
-				rep.Success++
-			}
-			turns += len(ep.Turns)
-			invalid += ep.InvalidActions()
-			tools += ep.ToolCalls()
-			rep.Terminations[ep.Termination]++
-		}
+		eps = append(eps, got...)
 	}
-	if rep.Episodes > 0 {
-		n := float64(rep.Episodes)
-		rep.Success /= n
-		rep.MeanTurns = float64(turns) / n
-		rep.ToolCallRate = float64(tools) / n
-	}
-	if turns > 0 {
-		rep.InvalidRate = float64(invalid) / float64(turns)
-	}
-	return rep, nil
+	return agrl.Evaluate(eps)
 }
 
 // episodeDraws draws the episodes of SFT batches: uniformly, with replacement, among those whose

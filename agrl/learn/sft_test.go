@@ -37,8 +37,11 @@ func TestSFTLearnsToolUse(t *testing.T) {
 	if last.Metrics["accuracy"] < 0.7 {
 		t.Errorf("token accuracy %.2f after SFT", last.Metrics["accuracy"])
 	}
-	if len(rep.Evals) != 1 || rep.Evals[0].Episodes != len(dev) {
+	if len(rep.Evals) != 1 || rep.Evals[0].N != len(dev) || rep.Evals[0].Step != 150 || rep.Evals[0].Split != agrl.Dev {
 		t.Fatalf("evals %+v", rep.Evals)
+	}
+	if ev := rep.Evals[0]; ev.ToolCallRate < 0 || ev.ToolCallRate > 1 || ev.MeanToolCalls < ev.ToolCallRate || ev.MeanReward != 0 {
+		t.Errorf("tool-call rate %v (a share of episodes) and %v calls per episode; mean reward %v (unscored: 0)", ev.ToolCallRate, ev.MeanToolCalls, ev.MeanReward)
 	}
 	if rep.Evals[0].Success < 0.5 {
 		t.Errorf("greedy dev success %.2f after SFT", rep.Evals[0].Success)

@@ -19,10 +19,11 @@ import (
 )
 
 // DefaultMetrics are the curves drawn when no metric is named: those of them that the run
-// logged, in this order (names as in DESIGN §2: reward, success, KL, entropy, response length,
-// tool-call rate, clip fraction).
+// logged, in this order: reward, success, KL, entropy, response length, tool-call rate and the
+// fraction of tokens clipped above 1+ε_high.
 var DefaultMetrics = []string{
-	"reward/mean", "success", "kl", "entropy", "response_length", "tool_call_rate", "clip/frac",
+	agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy, agrl.MetricResponseLength,
+	agrl.MetricToolCallRate, agrl.MetricClipHigh,
 }
 
 // Default panel size in pixels, and the resolution the PNG is drawn at.
@@ -275,7 +276,7 @@ func finiteSeries(run *agrl.Run, metric string) (plotter.XYs, error) {
 func metricList(run *agrl.Run) string {
 	var names []string
 	for _, m := range run.MetricNames() {
-		if m != "step" {
+		if m != agrl.MetricStep {
 			names = append(names, m)
 		}
 	}

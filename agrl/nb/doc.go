@@ -17,10 +17,13 @@
 // Each GoNB cell runs as a new process, so a typical notebook trains in one cell (writing a run
 // directory) and looks at the results in later cells:
 //
-//	run := must(agrl.OpenRun("runs/calc"))
-//	nb.Curves(run, "reward/mean", "kl")
-//	eps := must(nb.Latest(run))
+//	run := nb.Must(agrl.OpenRun("runs/calc"))
+//	nb.Curves(run, agrl.MetricReward, agrl.MetricKL)
+//	eps := nb.Must(nb.Latest(run))
 //	nb.Trajectories(eps, nb.Failures, 3)
+//
+// Must turns a (value, error) pair into the value, panicking on the error: the notebook's way
+// to stop a cell.
 //
 // All text that comes from episodes (prompts, actions, observations, errors) is escaped: a
 // policy can write anything, including HTML.

@@ -2,6 +2,7 @@ package nb_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"image/png"
 	"os"
@@ -56,4 +57,19 @@ func ExampleCurvesPNG() {
 	// Output:
 	// (840,280)
 	// nb: run "agrl-nb-example" has no metric "entropy" (it has: kl, reward/mean)
+}
+
+func ExampleMust() {
+	double := func(x int) (int, error) {
+		if x < 0 {
+			return 0, errors.New("negative")
+		}
+		return 2 * x, nil
+	}
+	fmt.Println(nb.Must(double(21)))
+	defer func() { fmt.Println("panic:", recover()) }()
+	nb.Must(double(-1))
+	// Output:
+	// 42
+	// panic: negative
 }

@@ -13,7 +13,8 @@ import (
 )
 
 // reportMetrics are the curves a report shows, when the run logged them.
-var reportMetrics = []string{"reward/mean", "success", "kl", "entropy", "response_length", "tool_call_rate", "clip/high", "frac_reward_zero_std"}
+var reportMetrics = []string{agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy,
+	agrl.MetricResponseLength, agrl.MetricToolCallRate, agrl.MetricClipHigh, agrl.MetricFracRewardZeroStd}
 
 // ReportHTML renders a self-contained HTML report of a run directory: the summary, the
 // before/after table, the training curves (embedded PNG), the evaluations and a few successful

@@ -9,10 +9,11 @@ import (
 	"agrl.dev/agrl"
 )
 
-// EvalRecords are the forms EvalTable accepts: records as read from eval.jsonl (Run.Evals), or
-// records or results by name (the name becomes the row's label).
+// EvalRecords are the forms EvalTable accepts: records as read from eval.jsonl (Run.Evals),
+// records or results by name (the name becomes the row's label), or results by split (as
+// Run.BeforeAfter returns them).
 type EvalRecords interface {
-	[]agrl.EvalRecord | map[string]agrl.EvalRecord | map[string]agrl.EvalResult
+	[]agrl.EvalRecord | map[string]agrl.EvalRecord | map[string]agrl.EvalResult | map[agrl.Split]agrl.EvalResult
 }
 
 // EvalTable displays evaluation results, one row per record: success, pass@k, mean reward,
@@ -20,9 +21,11 @@ type EvalRecords interface {
 //
 //	nb.EvalTable(run.Evals)
 //	nb.EvalTable(map[string]agrl.EvalResult{"expert": e, "random": r})
+//	_, after := run.BeforeAfter()
+//	nb.EvalTable(after)
 func EvalTable[R EvalRecords](recs R) { ShowHTML(EvalTableHTML(recs)) }
 
-// EvalTableHTML renders what EvalTable displays. Maps are shown sorted by name.
+// EvalTableHTML renders what EvalTable displays. Maps are shown sorted by name, or by split.
 func EvalTableHTML[R EvalRecords](recs R) string {
 	var rows []agrl.EvalRecord
 	switch v := any(recs).(type) {
@@ -37,6 +40,15 @@ func EvalTableHTML[R EvalRecords](recs R) string {
 	case map[string]agrl.EvalResult:
 		for _, k := range sortedKeys(v) {
 			rows = append(rows, agrl.EvalRecord{Label: k, EvalResult: v[k]})
+		}
+	case map[agrl.Split]agrl.EvalResult:
+		splits := make([]agrl.Split, 0, len(v))
+		for s := range v {
+			splits = append(splits, s)
+		}
+		sort.Slice(splits, func(i, j int) bool { return splits[i] < splits[j] })
+		for _, s := range splits {
+			rows = append(rows, agrl.EvalRecord{Split: s, EvalResult: v[s]})
 		}
 	}
 	return evalTableHTML(rows)
@@ -59,12 +71,10 @@ func evalTableHTML(rows []agrl.EvalRecord) string {
 	diffs := map[agrl.Difficulty]bool{}
 	for _, r := range rows {
 		hasLabel = hasLabel || r.Label != ""
-		hasSplit = hasSplit || r.Split != ""
+		hasSplit = hasSplit || r.Split != 0
 		hasStep = hasStep || r.Step != 0
-		for name := range r.SuccessByDifficulty {
-			if d, err := agrl.ParseDifficulty(name); err == nil {
-				diffs[d] = true
-			}
+		for d := range r.SuccessByDifficulty {
+			diffs[d] = true
 		}
 	}
 	t := newTable()
@@ -92,7 +102,7 @@ func evalTableHTML(rows []agrl.EvalRecord) string {
 			cells = append(cells, r.Label)
 		}
 		if hasSplit {
-			cells = append(cells, r.Split)
+			cells = append(cells, splitName(r.Split))
 		}
 		if hasStep {
 			cells = append(cells, fmt.Sprint(r.Step))
@@ -100,7 +110,7 @@ func evalTableHTML(rows []agrl.EvalRecord) string {
 		cells = append(cells, fmt.Sprint(r.Tasks), fmt.Sprint(r.N), pct(r.Success), fmt.Sprintf("%s (k=%d)", pct(r.PassAtK), r.K),
 			fmt.Sprintf("%.3f", r.MeanReward), fmt.Sprintf("%.2f", r.MeanTurns), pct(r.ToolCallRate), pct(r.ToolErrorRate), pct(r.InvalidRate))
 		for _, d := range ds {
-			if v, ok := r.SuccessByDifficulty[d.String()]; ok {
+			if v, ok := r.SuccessByDifficulty[d]; ok {
 				cells = append(cells, pct(v))
 			} else {
 				cells = append(cells, "–")
@@ -123,35 +133,38 @@ func terminations(m map[agrl.Termination]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// BeforeAfterTable displays evaluation results before and after training, per split (keys are
-// split names such as "dev", "test", "ood"): success, pass@k, mean reward and tool-call rate,
-// before → after with the change.
-func BeforeAfterTable(before, after map[string]agrl.EvalResult) {
+// BeforeAfterTable displays evaluation results before and after training, per split (as
+// Run.BeforeAfter returns them): success, pass@k, mean reward and tool-call rate, before →
+// after with the change.
+//
+//	before, after := run.BeforeAfter()
+//	nb.BeforeAfterTable(before, after)
+func BeforeAfterTable(before, after map[agrl.Split]agrl.EvalResult) {
 	ShowHTML(BeforeAfterTableHTML(before, after))
 }
 
 // BeforeAfterTableHTML renders what BeforeAfterTable displays. Splits appear in the order
-// train, dev, test, ood, then others by name; a split missing on one side shows "–".
-func BeforeAfterTableHTML(before, after map[string]agrl.EvalResult) string {
-	seen := map[string]bool{}
-	var splits []string
+// train, dev, test, ood (then any other key, in numeric order); a split missing on one side
+// shows "–".
+func BeforeAfterTableHTML(before, after map[agrl.Split]agrl.EvalResult) string {
+	seen := map[agrl.Split]bool{}
+	var splits []agrl.Split
 	for _, s := range agrl.Splits {
-		name := s.String()
-		_, b := before[name]
-		_, a := after[name]
+		_, b := before[s]
+		_, a := after[s]
 		if a || b {
-			splits, seen[name] = append(splits, name), true
+			splits, seen[s] = append(splits, s), true
 		}
 	}
-	var others []string
-	for _, m := range []map[string]agrl.EvalResult{before, after} {
+	var others []agrl.Split
+	for _, m := range []map[agrl.Split]agrl.EvalResult{before, after} {
 		for k := range m {
 			if !seen[k] {
 				others, seen[k] = append(others, k), true
 			}
 		}
 	}
-	sort.Strings(others)
+	sort.Slice(others, func(i, j int) bool { return others[i] < others[j] })
 	splits = append(splits, others...)
 	if len(splits) == 0 {
 		return fmt.Sprintf(`<p style="%s">no evaluation results</p>`, styleNote)
@@ -178,7 +191,7 @@ func BeforeAfterTableHTML(before, after map[string]agrl.EvalResult) string {
 		r3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
 		d3 := func(v float64) string { return fmt.Sprintf("%+.3f", v) }
 		dp := func(v float64) string { return fmt.Sprintf("%+.1f pt", 100*v) }
-		t.row(s,
+		t.row(splitName(s),
 			side(okB, b.Success, pct), side(okA, a.Success, pct), delta(b.Success, a.Success, dp),
 			side(okB, b.PassAtK, pct), side(okA, a.PassAtK, pct),
 			side(okB, b.MeanReward, r3), side(okA, a.MeanReward, r3), delta(b.MeanReward, a.MeanReward, d3),
@@ -253,7 +266,7 @@ func RunRow(run *agrl.Run, configKeys ...string) SweepRow {
 	}
 	row.Name = run.Name
 	for _, k := range configKeys {
-		if v, ok := lookup(run.Config, k); ok {
+		if v, ok := run.Setting(k); ok {
 			row.Config[k] = v
 		}
 	}
@@ -273,28 +286,18 @@ func RunRow(run *agrl.Run, configKeys ...string) SweepRow {
 		return row
 	}
 	for _, e := range run.Evals { // later records overwrite earlier ones
-		row.Results[e.Split+"/success"] = e.Success
-		row.Results[e.Split+"/mean_reward"] = e.MeanReward
+		row.Results[splitName(e.Split)+"/success"] = e.Success
+		row.Results[splitName(e.Split)+"/mean_reward"] = e.MeanReward
 	}
 	return row
 }
 
-// lookup follows a dotted path through nested JSON objects.
-func lookup(m map[string]any, path string) (any, bool) {
-	if v, ok := m[path]; ok {
-		return v, true
+// splitName is the split's name, "" for the zero Split (no split).
+func splitName(s agrl.Split) string {
+	if s == 0 {
+		return ""
 	}
-	var cur any = m
-	for _, part := range strings.Split(path, ".") {
-		obj, ok := cur.(map[string]any)
-		if !ok {
-			return nil, false
-		}
-		if cur, ok = obj[part]; !ok {
-			return nil, false
-		}
-	}
-	return cur, true
+	return s.String()
 }
 
 func pct(v float64) string {

@@ -10,14 +10,14 @@ import (
 
 func result(success, reward float64) agrl.EvalResult {
 	return agrl.EvalResult{Tasks: 10, N: 20, K: 2, Success: success, PassAtK: success + 0.1, MeanReward: reward, MeanTurns: 2,
-		ToolCallRate: 0.5, SuccessByDifficulty: map[string]float64{"easy": 1, "hard": success},
+		ToolCallRate: 0.5, SuccessByDifficulty: map[agrl.Difficulty]float64{agrl.Easy: 1, agrl.Hard: success},
 		Terminations: map[agrl.Termination]int{agrl.Answered: 18, agrl.MaxTurnsReached: 2}}
 }
 
 func TestEvalTable(t *testing.T) {
 	recs := []agrl.EvalRecord{
-		{Step: 0, Split: "dev", Label: "sft", EvalResult: result(0.25, 0.4)},
-		{Step: 100, Split: "dev", EvalResult: result(0.5, 0.7)},
+		{Step: 0, Split: agrl.Dev, Label: agrl.LabelSFT, EvalResult: result(0.25, 0.4)},
+		{Step: 100, Split: agrl.Dev, EvalResult: result(0.5, 0.7)},
 	}
 	out := EvalTableHTML(recs)
 	for _, want := range []string{">split<", ">step<", ">100<", ">25.0%<", ">35.0% (k=2)<", ">0.700<", ">success easy<", ">success hard<",
@@ -42,9 +42,13 @@ func TestEvalTable(t *testing.T) {
 	if strings.Contains(named, ">split<") || strings.Contains(named, ">step<") {
 		t.Error("empty split and step columns must be left out")
 	}
-	byName := EvalTableHTML(map[string]agrl.EvalRecord{"final": {Split: "test", EvalResult: result(0.5, 0.5)}})
+	byName := EvalTableHTML(map[string]agrl.EvalRecord{"final": {Split: agrl.Test, EvalResult: result(0.5, 0.5)}})
 	if !strings.Contains(byName, ">final<") || !strings.Contains(byName, ">test<") {
 		t.Error("record map")
+	}
+	bySplit := EvalTableHTML(map[agrl.Split]agrl.EvalResult{agrl.OOD: result(0.1, 0.2), agrl.Dev: result(0.75, 0.8)})
+	if i, j := strings.Index(bySplit, ">dev<"), strings.Index(bySplit, ">ood<"); i < 0 || j < i || !strings.Contains(bySplit, ">75.0%<") {
+		t.Errorf("rows by split, dev first: %s", bySplit)
 	}
 	if !strings.Contains(EvalTableHTML([]agrl.EvalRecord(nil)), "no evaluation results") {
 		t.Error("empty table")
@@ -52,17 +56,17 @@ func TestEvalTable(t *testing.T) {
 }
 
 func TestBeforeAfterTable(t *testing.T) {
-	before := map[string]agrl.EvalResult{"dev": result(0.3, 0.5), "ood": result(0.05, 0.1), "x<y": result(0, 0)}
-	after := map[string]agrl.EvalResult{"dev": result(0.6, 0.8), "ood": result(0.1, 0.2), "test": result(0.5, 0.7)}
+	before := map[agrl.Split]agrl.EvalResult{agrl.Dev: result(0.3, 0.5), agrl.OOD: result(0.05, 0.1), agrl.Split(9): result(0, 0)}
+	after := map[agrl.Split]agrl.EvalResult{agrl.Dev: result(0.6, 0.8), agrl.OOD: result(0.1, 0.2), agrl.Test: result(0.5, 0.7)}
 	out := BeforeAfterTableHTML(before, after)
-	for _, want := range []string{">+30.0 pt<", ">+0.300<", ">30.0%<", ">60.0%<", "x&lt;y"} {
+	for _, want := range []string{">+30.0 pt<", ">+0.300<", ">30.0%<", ">60.0%<", ">split(9)<"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("missing %q in %s", want, out)
 		}
 	}
 	// Order: dev, test, ood, then others; test has no "before": dashes.
 	if !(strings.Index(out, ">dev<") < strings.Index(out, ">test<") && strings.Index(out, ">test<") < strings.Index(out, ">ood<") &&
-		strings.Index(out, ">ood<") < strings.Index(out, "x&lt;y")) {
+		strings.Index(out, ">ood<") < strings.Index(out, ">split(9)<")) {
 		t.Error("split order")
 	}
 	testRow := out[strings.Index(out, ">test<"):]
@@ -78,10 +82,10 @@ func TestSweepTableAndRunRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.LogEval(agrl.EvalRecord{Step: 10, Split: "dev", EvalResult: result(0.2, 0.3)}); err != nil {
+	if err := w.LogEval(agrl.EvalRecord{Step: 10, Split: agrl.Dev, EvalResult: result(0.2, 0.3)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.LogEval(agrl.EvalRecord{Step: 20, Split: "dev", EvalResult: result(0.4, 0.6)}); err != nil {
+	if err := w.LogEval(agrl.EvalRecord{Step: 20, Split: agrl.Dev, EvalResult: result(0.4, 0.6)}); err != nil {
 		t.Fatal(err)
 	}
 	run, err := agrl.OpenRun(dir)

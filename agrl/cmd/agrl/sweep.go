@@ -201,7 +201,7 @@ func writeSweep(root string, points []gridPoint, runs []*agrl.Run, stdout io.Wri
 		}
 		s := run.Summary
 		kl := "nan"
-		if _, v := run.Series("kl"); len(v) > 0 {
+		if _, v := run.Series(agrl.MetricKL); len(v) > 0 {
 			kl = fmt.Sprintf("%.4f", v[len(v)-1])
 		}
 		if s == nil || s.Final == nil {
@@ -234,7 +234,7 @@ func writeSweep(root string, points []gridPoint, runs []*agrl.Run, stdout io.Wri
 	if err := os.WriteFile(filepath.Join(root, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return err
 	}
-	png, err := nb.CompareRunsPNG(runs, "reward/mean", "success", "kl", "entropy")
+	png, err := nb.CompareRunsPNG(runs, agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy)
 	if err != nil {
 		return err
 	}

@@ -300,12 +300,12 @@ func (p *progress) update(m agrl.Metrics) {
 	done := width * step / max(p.total, 1)
 	bar := strings.Repeat("=", done) + strings.Repeat(" ", width-done)
 	if p.first == 0 {
-		p.first, p.firstStart = step, time.Now().Add(-time.Duration(m["time/step_seconds"]*float64(time.Second)))
+		p.first, p.firstStart = step, time.Now().Add(-time.Duration(m[agrl.MetricStepSeconds]*float64(time.Second)))
 	}
 	perStep := time.Since(p.firstStart) / time.Duration(step-p.first+1)
 	eta := perStep * time.Duration(p.total-step)
 	line := fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s",
-		step, p.total, bar, m["reward/mean"], m["success"], m["tool_call_rate"], m["kl"], m["time/step_seconds"], eta.Round(time.Second))
+		step, p.total, bar, m[agrl.MetricReward], m[agrl.MetricSuccess], m[agrl.MetricToolCallRate], m[agrl.MetricKL], m[agrl.MetricStepSeconds], eta.Round(time.Second))
 	switch {
 	case p.tty:
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
@@ -343,12 +343,8 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var cfg agrl.GRPOConfig
-	b, err := json.Marshal(run.Config)
-	if err == nil {
-		err = json.Unmarshal(b, &cfg)
-	}
-	if err != nil || cfg.Env == "" {
+	cfg := run.Config
+	if cfg.Env == "" {
 		return fmt.Errorf("%s: config.json does not describe a GRPO run", *runDir)
 	}
 	entry, err := envs.Get(cfg.Env)
@@ -363,8 +359,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if *n > 0 {
 		count = *n
 	}
-	mix := agrl.NewMix(cfg.Seed).Easy(cfg.Mix["easy"]).Medium(cfg.Mix["medium"]).Hard(cfg.Mix["hard"])
-	tasks, err := mix.Tasks(entry.New(), split, count)
+	tasks, err := cfg.TaskMix().Tasks(entry.New(), split, count)
 	if err != nil {
 		return err
 	}
