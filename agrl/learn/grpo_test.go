@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -108,7 +109,10 @@ func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
 
 // TestGRPOLossMatchesReference checks the graph loss against the host reference arithmetic
 // (ClippedSurrogate, TokenKL, NormalizeLoss) on a batch with hand-set advantages and old
-// log-probs away from the current ones, so that clipping and KL are active.
+// log-probs away from the current ones, so that clipping and KL are active. The batch holds a
+// fully masked episode (as MaskTruncated leaves a truncated one): both the graph and
+// NormalizeLoss count it as a sequence of the batch (SeqMean: 3 of the 4 sequences are not
+// enough).
 func TestGRPOLossMatchesReference(t *testing.T) {
 	for _, tc := range []struct {
 		norm agrl.LossNorm
@@ -128,7 +132,11 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		adv := []float64{1.5, -0.7, 0.3}
+		masked := *eps[0]
+		masked.LossMask = make([]uint8, len(eps[0].LossMask))
+		masked.LogProbs = slices.Clone(eps[0].LogProbs)
+		eps = append(eps, &masked)
+		adv := []float64{1.5, -0.7, 0.3, 0.9}
 		rng := rand.New(rand.NewPCG(1, 1))
 		cur, err := tr.policy.Score(tokensOf(eps), g.Spec().Temperature)
 		if err != nil {
@@ -145,7 +153,7 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 				}
 			}
 		}
-		batch := tr.batch(eps, adv, ref, []int{0, 1, 2}, false)
+		batch := tr.batch(eps, adv, ref, []int{0, 1, 2, 3}, false)
 		st, err := tr.learner.Eval(batch)
 		if err != nil {
 			t.Fatal(err)
