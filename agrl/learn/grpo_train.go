@@ -470,13 +470,36 @@ func (t *GRPOTrainer) checkpoint() error {
 
 // Step takes one GRPO step and returns its metrics (also appended to metrics.jsonl). It reads
 // top to bottom: rollout → score → advantages → loss → update → log.
+//
+// A step takes Epochs × Minibatches optimizer steps. Its metrics, by name:
+//
+//   - Episodes (all of the step's episodes): "reward/mean", "reward/std" (population std),
+//     "reward/<component>" (each rubric component's mean value, unweighted), "success",
+//     "response_length" (policy tokens per episode), "turns", "truncated" (share cut off by
+//     the token budget), "tool_call_rate" (share of episodes with a tool call),
+//     "tool_error_rate" (per tool call), "invalid_rate" (per action), "episodes".
+//   - Groups: "frac_reward_zero_std" (share of the first rollout's groups whose rewards are
+//     all equal), "dynamic/refills", "dynamic/dropped_groups".
+//   - Loss diagnostics, from the first minibatch of the first epoch (the weights that sampled;
+//     means over its policy tokens): "kl" (to the reference; 0 with KL(0)), "entropy",
+//     "clip/low", "clip/high" (shares of tokens clipped), "ratio/mean", "ratio/dev" (mean
+//     |ratio − 1|), "approx_kl" (to the sampling policy), "pg_loss" (the policy-gradient term).
+//   - Update: "loss" and "grad_norm" (the global gradient norm before clipping) are means over
+//     the step's optimizer steps, "grad_norm_max" their largest norm, "lr" the learning rate of
+//     the last one.
+//   - Cost: "tokens/sampled" (tokens the policy wrote), "tokens/trained" (unpadded tokens,
+//     context included, summed over the optimizer steps), "tokens_per_second" (tokens read
+//     while sampling plus tokens trained, per second of the step), "time/step_seconds",
+//     "time/rollout_seconds", "time/update_seconds"; "step" is the step number.
 func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	start := time.Now()
 	if err := t.ensureLearner(); err != nil {
 		return nil, err
 	}
-	if err := t.ensureReference(); err != nil {
-		return nil, err
+	if t.cfg.KL > 0 { // KL(0) needs no reference: no copy of the policy, no forward pass
+		if err := t.ensureReference(); err != nil {
+			return nil, err
+		}
 	}
 	step := t.step + 1
 
@@ -490,12 +513,14 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	}
 	rollSeconds := time.Since(start).Seconds()
 
-	// 4. Loss inputs: per-token advantages, sampled log-probs, reference log-probs and the
-	//    normalisation weights, for every minibatch.
+	// 4. Loss inputs: per-token advantages, sampled log-probs, reference log-probs (only with
+	//    a KL penalty) and the normalisation weights, for every minibatch.
 	update := time.Now()
-	refScores, err := t.ref.Score(tokensOf(eps), t.cfg.Temperature)
-	if err != nil {
-		return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
+	var refScores []TokenScores
+	if t.cfg.KL > 0 {
+		if refScores, err = t.ref.Score(tokensOf(eps), t.cfg.Temperature); err != nil {
+			return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
+		}
 	}
 	// 5. Update: Epochs passes of Minibatches optimizer steps; the first minibatch's ratio is
 	//    exactly 1 (the weights are those that sampled).
@@ -505,8 +530,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	}
 	shuffle := rand.New(rand.NewPCG(t.seedFor("shuffle", step), 0))
 	agg := map[string]float64{}
-	var gradNorm, loss, lr float64
-	trained := 0
+	var upd updateStats
 	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
 		if epoch > 0 {
 			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -526,8 +550,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 					agg[k] = v // diagnostics of the first minibatch (ratio exactly 1 there)
 				}
 			}
-			gradNorm, loss, lr = math.Max(gradNorm, st.GradNorm), st.Loss, st.LR
-			trained += st.Tokens
+			upd.add(st)
 		}
 	}
 	updSeconds := time.Since(update).Seconds()
@@ -539,11 +562,11 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	for _, k := range []string{"kl", "entropy", "clip/low", "clip/high", "approx_kl", "ratio/mean", "ratio/dev", "pg_loss"} {
 		m[k] = agg[k]
 	}
-	m["loss"], m["grad_norm"], m["lr"] = loss, gradNorm, lr
+	upd.report(m)
 	total := time.Since(start).Seconds()
 	m["time/step_seconds"], m["time/rollout_seconds"], m["time/update_seconds"] = total, rollSeconds, updSeconds
-	m["tokens/sampled"], m["tokens/trained"] = float64(roll.generated), float64(trained)
-	m["tokens_per_second"] = float64(roll.tokens+trained) / total
+	m["tokens/sampled"] = float64(roll.generated)
+	m["tokens_per_second"] = float64(roll.tokens+upd.tokens) / total
 	t.history = append(t.history, m)
 	if err := t.run.LogMetrics(m); err != nil {
 		return m, err
@@ -554,6 +577,29 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// updateStats accumulates the optimizer steps of one GRPO step.
+type updateStats struct {
+	n, tokens                   int
+	loss, gradNorm, gradMax, lr float64
+}
+
+func (u *updateStats) add(st agrl.StepStats) {
+	u.n++
+	u.tokens += st.Tokens
+	u.loss += st.Loss
+	u.gradNorm += st.GradNorm
+	u.gradMax = math.Max(u.gradMax, st.GradNorm)
+	u.lr = st.LR
+}
+
+// report sets "loss" and "grad_norm" (means over the optimizer steps), "grad_norm_max", "lr"
+// (the last step's) and "tokens/trained" (their sum).
+func (u *updateStats) report(m agrl.Metrics) {
+	n := float64(max(u.n, 1))
+	m["loss"], m["grad_norm"], m["grad_norm_max"] = u.loss/n, u.gradNorm/n, u.gradMax
+	m["lr"], m["tokens/trained"] = u.lr, float64(u.tokens)
 }
 
 // checkFinite returns an error when a model weight holds NaN or Inf.
@@ -660,7 +706,8 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 }
 
 // batch builds the optimizer batch of the episodes at idx: per-token mask, advantage, old and
-// reference log-probs, and the normalisation weights of the loss.
+// reference log-probs (0 when ref is nil: KL(0) scores no reference), and the normalisation
+// weights of the loss.
 func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
 	b := TrainBatch{Values: map[string][][]float32{}}
 	masks := make([][]float32, len(idx))
@@ -702,7 +749,7 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 		}
 		for j := range n {
 			fr[j] = freshVal
-			if j > 0 {
+			if j > 0 && ref != nil {
 				rf[j] = ref[i].LogProbs[j-1] // Score's entry j-1 is about token j
 			}
 			if masks[k][j] == 0 {
