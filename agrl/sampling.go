@@ -91,7 +91,7 @@ func AppendObservation(tok *Tokenizer, dst []int32, obs string) []int32 {
 	return append(dst, TagID(ObsClose))
 }
 
-// RolloutOptions configures Policy.Rollout. The zero value samples at temperature 0 (greedy)
+// RolloutOptions configures the learner's rollouts (learn.Policy.Rollout). The zero value samples at temperature 0 (greedy)
 // with the environment's turn limit and the whole context as budget.
 type RolloutOptions struct {
 	// Sampling sets temperature, top-k/p, the seed and an optional per-action token cap.

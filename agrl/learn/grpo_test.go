@@ -86,8 +86,8 @@ func TestGRPOImprovesOnTrivialTask(t *testing.T) {
 }
 
 // TestGRPORatioIsOneOnFirstMinibatch: the weights that sampled are the weights of the first
-// minibatch, so the importance ratio is exactly 1 there (DESIGN rule 3), even with several
-// epochs and minibatches.
+// minibatch, so the importance ratio is exactly 1 there (not merely close to 1: the old
+// log-probs are the current ones, stop-gradient), even with several epochs and minibatches.
 func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
 	tr, err := Build(tinyGRPO(t).Epochs(2).Minibatches(2).Steps(1).KL(0.05))
 	if err != nil {

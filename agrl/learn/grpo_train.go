@@ -731,9 +731,10 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 		ep := eps[i]
 		n := len(ep.Tokens)
 		a, old, rf, w, fr := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
-		// Normalisation (DESIGN rule 4: over the whole optimizer batch, never per sequence
-		// chunk): token-mean divides by all policy tokens of the batch; seq-mean by each
-		// sequence's tokens and the number of sequences; Dr. GRPO by sequences × budget.
+		// Normalisation, over the whole optimizer batch (never per shard or chunk):
+		// token-mean divides by all policy tokens of the batch; seq-mean by each sequence's
+		// tokens and the number of sequences (fully masked ones included, as NormalizeLoss);
+		// Dr. GRPO by sequences × budget.
 		var scale float64
 		switch t.cfg.LossNorm {
 		case agrl.SeqMean:
@@ -770,7 +771,8 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 	return b
 }
 
-// stepMetrics computes the episode-level metrics of a step (DESIGN §2 rule 10).
+// stepMetrics computes the episode-level metrics of a step (reward, success, length, turns,
+// truncation, tool use, invalid actions, zero-std groups; see Step for their meanings).
 func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rollStats) agrl.Metrics {
 	m := agrl.Metrics{}
 	n := float64(len(eps))

@@ -136,8 +136,9 @@ func TestRolloutUntrained(t *testing.T) {
 }
 
 // TestEpisodeBatchRatioIsOne trains on rollout episodes through EpisodeBatch: before any update
-// the log-probs the trainer computes equal those recorded at sampling (DESIGN rule 3: the
-// importance ratio is exactly 1 at the first minibatch).
+// the log-probs the trainer computes equal those recorded at sampling (sampler and scorer shift
+// by one position and apply the temperature the same way, so the importance ratio is exactly 1
+// at the first minibatch).
 func TestEpisodeBatchRatioIsOne(t *testing.T) {
 	p := MustNewPolicy(testLM())
 	tasks, err := agrl.NewMix(4).Tasks(addEnv{}, agrl.Train, 6)
