@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 )
 
-// GRPOTrainer runs GRPO on one policy. Build it with GRPO.Build; drive it with Train, or by
+// GRPOTrainer runs GRPO on one policy. Make it with Build; drive it with Train, or by
 // hand with WarmStart, Step and EvaluateSplit (the tutorials do). It is not safe for concurrent
 // use.
 type GRPOTrainer struct {
