@@ -89,10 +89,14 @@ func ExamplePlay() {
 	fmt.Println(ep.Termination, ep.Correct, ep.InvalidActions(), ep.ToolCalls(), ep.ToolErrors())
 
 	rubric := agrl.NewRubric().
-		Add("answer", func(ep *agrl.Episode) float64 { return b2f(ep.Correct) }, 1).
-		Add("clean", func(ep *agrl.Episode) float64 { return -float64(ep.InvalidActions() + ep.ToolErrors()) }, 0.1)
+		Add("answer", agrl.ExactAnswer, 1).
+		Add("invalid", agrl.InvalidActions, -0.1).
+		Add("tool_errors", agrl.ToolErrors, -0.1)
 	reward, _ := rubric.Score(ep)
-	fmt.Printf("reward %.1f = 1×%.0f + 0.1×%.0f\n", reward, ep.Rewards[0].Value, ep.Rewards[1].Value)
+	for _, r := range ep.Rewards {
+		fmt.Printf("%s %v×%v  ", r.Name, r.Value, r.Weight)
+	}
+	fmt.Printf("reward %.1f\n", reward)
 	// Output:
 	// Shout go
 	// SHOUT!
@@ -104,14 +108,7 @@ func ExamplePlay() {
 	// <answer>GO</answer>
 	// <obs>ok</obs>
 	// answered true 1 2 1
-	// reward 0.8 = 1×1 + 0.1×-2
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+	// answer 1×1  invalid 1×-0.1  tool_errors 1×-0.1  reward 0.8
 }
 
 // NewGRPO's configuration is a value: a sweep derives variants without touching the base, and
