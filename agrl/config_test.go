@@ -263,7 +263,7 @@ func TestMetricNamesAreStable(t *testing.T) {
 		MetricDroppedGroups: "dynamic/dropped_groups", MetricEpisodes: "episodes", MetricKL: "kl",
 		MetricEntropy: "entropy", MetricClipLow: "clip/low", MetricClipHigh: "clip/high", MetricApproxKL: "approx_kl",
 		MetricRatioMean: "ratio/mean", MetricRatioDev: "ratio/dev", MetricPGLoss: "pg_loss", MetricLoss: "loss",
-		MetricGradNorm: "grad_norm", MetricLR: "lr", MetricStepSeconds: "time/step_seconds",
+		MetricGradNorm: "grad_norm", MetricGradNormMax: "grad_norm_max", MetricLR: "lr", MetricStepSeconds: "time/step_seconds",
 		MetricRolloutSeconds: "time/rollout_seconds", MetricUpdateSeconds: "time/update_seconds",
 		MetricTokensSampled: "tokens/sampled", MetricTokensTrained: "tokens/trained",
 		MetricTokensPerSecond: "tokens_per_second", MetricRewardTerm("format"): "reward/format",

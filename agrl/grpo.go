@@ -15,12 +15,13 @@ import (
 // with a KL penalty to a frozen reference policy.
 //
 // GRPO is a value: every setter returns a copy, so a sweep derives variants from one base
-// without aliasing. Build validates everything at once.
+// without aliasing. Validate reports every problem at once; the learner (agrl.dev/agrl/learn)
+// builds the trainer from it.
 //
 //	base := agrl.NewGRPO().Env(calc.New()).Rubric(calc.Rubric()).
 //		Policy(agrl.TinyLM()).WarmStart(agrl.SFT().Steps(300), agrl.Demo{Agent: calc.Expert(), Weight: 1}).
 //		Group(8).KL(0.01).Steps(150).Out("runs/calc")
-//	tr, err := base.KL(0.04).Out("runs/calc-kl0.04").Build()
+//	tr, err := learn.Build(base.KL(0.04).Out("runs/calc-kl0.04"))
 //	res, err := tr.Train(ctx)
 type GRPO struct{ s GRPOSpec }
 
@@ -169,9 +170,9 @@ func (g GRPO) WarmStartSteps(n int) GRPO {
 }
 
 // DemoMix sets the difficulty mix of the warm start's demonstration tasks (default: the training
-// mix). Long demonstrations teach a small model to copy: on the calculator, 1500 SFT steps on
-// a 10/30/60 easy/medium/hard mix reached 97% greedy dev success (hard 92%), against 73% (hard
-// 13%) on the 20/50/30 training mix. Its seed is replaced by the trainer's.
+// mix). Long demonstrations teach a small model to copy, so a mix heavier in hard tasks than the
+// training mix can make a much better warm start (on the calculator, see docs/experiments.md).
+// Its seed is replaced by the trainer's.
 func (g GRPO) DemoMix(m Mix) GRPO { g.s.DemoMix = &m; return g }
 
 // DemoEpisodes sets how many demonstration episodes the warm start plays (default 512).
@@ -195,7 +196,8 @@ func (g GRPO) ClipHigh(eps float64) GRPO { g.s.ClipHigh = eps; return g }
 func (g GRPO) ClipLow(eps float64) GRPO { g.s.ClipLow = eps; return g }
 
 // KL sets β, the weight of the KL penalty to the frozen reference policy (TRL beta, verl
-// kl_loss_coef); 0 disables it and skips the reference forward pass. Default 0.01.
+// kl_loss_coef); 0 disables it: the trainer then keeps no reference policy and skips its
+// forward pass. Default 0.01.
 func (g GRPO) KL(beta float64) GRPO { g.s.KL = beta; return g }
 
 // KLEstimator sets the per-token KL estimate: K3 (default; verl "low_var_kl") or K1.
@@ -247,7 +249,7 @@ func (g GRPO) EvalTemperature(t float64) GRPO { g.s.EvalTemperature = t; return 
 func (g GRPO) MaxTurns(n int) GRPO { g.s.MaxTurns = n; return g }
 
 // MaxTokens sets the per-episode token budget: prompt, actions and observations (0: the
-// model's context). DESIGN rule 7: per episode, not per turn.
+// model's context). It is one budget for the whole episode, never per turn.
 func (g GRPO) MaxTokens(n int) GRPO { g.s.MaxTokens = n; return g }
 
 // MaxActionTokens caps the tokens of one action (0: only the episode budget caps it).

@@ -143,8 +143,10 @@ const (
 	// TokenMean divides the sum over every policy token of the batch by the number of policy
 	// tokens in the whole batch (DAPO; TRL loss_type="dapo", verl loss_agg_mode="token-mean").
 	TokenMean LossNorm = iota
-	// SeqMean averages tokens within each sequence, then sequences (the original GRPO; TRL
-	// loss_type="grpo", verl "seq-mean-token-mean").
+	// SeqMean averages tokens within each sequence, then averages over every sequence of the
+	// batch (the original GRPO; TRL loss_type="grpo", verl "seq-mean-token-mean"). A sequence
+	// with no policy tokens in the loss (for instance one left out by MaskTruncated) adds 0 but
+	// still counts in the number of sequences, as in TRL.
 	SeqMean
 	// ConstNorm divides the sum over every policy token by sequences × a constant length (the
 	// episode token budget), as in Dr. GRPO (TRL loss_type="dr_grpo", verl
@@ -165,12 +167,14 @@ func (n LossNorm) String() string {
 
 // NormalizeLoss reduces per-token losses to the batch loss. tokenLoss[i] and mask[i] are the
 // i-th sequence's per-token losses and loss mask (1 on policy tokens); constLen is ConstNorm's
-// constant. Masked-out tokens never count, neither in the sum nor in the token count.
+// constant. Masked-out tokens never count, neither in the sum nor in the token count. The
+// number of sequences (SeqMean, ConstNorm) is len(tokenLoss), fully masked sequences included:
+// the trainer's graph loss divides the same way, and so does TRL.
 func NormalizeLoss(norm LossNorm, tokenLoss [][]float64, mask [][]uint8, constLen int) (float64, error) {
 	if len(tokenLoss) != len(mask) {
 		return 0, errors.New("agrl: losses and masks differ in length")
 	}
-	total, tokens, seqSum, seqs := 0.0, 0, 0.0, 0
+	total, tokens, seqSum := 0.0, 0, 0.0
 	for i := range tokenLoss {
 		if len(tokenLoss[i]) != len(mask[i]) {
 			return 0, fmt.Errorf("agrl: sequence %d: %d losses, %d mask entries", i, len(tokenLoss[i]), len(mask[i]))
@@ -186,15 +190,14 @@ func NormalizeLoss(norm LossNorm, tokenLoss [][]float64, mask [][]uint8, constLe
 		tokens += n
 		if n > 0 {
 			seqSum += s / float64(n)
-			seqs++
 		}
 	}
 	switch norm {
 	case SeqMean:
-		if seqs == 0 {
+		if len(tokenLoss) == 0 {
 			return 0, nil
 		}
-		return seqSum / float64(seqs), nil
+		return seqSum / float64(len(tokenLoss)), nil
 	case ConstNorm:
 		if constLen <= 0 {
 			return 0, fmt.Errorf("agrl: dr-grpo normalisation needs a positive constant length, got %d", constLen)

@@ -114,3 +114,26 @@ func TestNormalizeLoss(t *testing.T) {
 		t.Error("no policy tokens -> 0")
 	}
 }
+
+// TestNormalizeLossFullyMaskedSequence: a sequence with no policy token adds nothing to the sum
+// but counts as a sequence in SeqMean and ConstNorm (as the trainer's graph loss and TRL do),
+// and is invisible to TokenMean.
+func TestNormalizeLossFullyMaskedSequence(t *testing.T) {
+	loss := [][]float64{{1, 2, 3}, {4}, {9, 9}}
+	mask := [][]uint8{{0, 1, 1}, {1}, {0, 0}}
+	// Token sum 2+3+4 = 9 over 3 policy tokens: 3.
+	// Sequence means 2.5, 4 and (nothing) 0 over 3 sequences: 6.5/3 = 2.166667 (not 6.5/2 = 3.25).
+	// Dr. GRPO: 9 / (3 sequences × 10) = 0.3.
+	for norm, want := range map[LossNorm]float64{TokenMean: 3, SeqMean: 6.5 / 3, ConstNorm: 0.3} {
+		got, err := NormalizeLoss(norm, loss, mask, 10)
+		if err != nil || !near(got, want) {
+			t.Errorf("%s: %v %v, want %v", norm, got, err, want)
+		}
+	}
+	// Only masked sequences: 0 for every normalisation.
+	for _, norm := range []LossNorm{TokenMean, SeqMean, ConstNorm} {
+		if got, err := NormalizeLoss(norm, [][]float64{{7}, {8}}, [][]uint8{{0}, {0}}, 10); err != nil || got != 0 {
+			t.Errorf("%s of masked sequences: %v %v", norm, got, err)
+		}
+	}
+}

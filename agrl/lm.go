@@ -11,7 +11,7 @@ import (
 // (or rotary, RoPE) positions over a byte-level Tokenizer. It is a value: every setter returns a copy, so
 // presets and sweeps never alias.
 //
-//	pol, err := agrl.TinyLM().Layers(4).Seed(7).Build()
+//	pol, err := learn.NewPolicy(agrl.TinyLM().Layers(4).Seed(7)) // agrl.dev/agrl/learn builds it
 //
 // The zero value is not usable; start from TinyLM or SmallLM.
 type LM struct {
@@ -28,13 +28,12 @@ type LM struct {
 type Positions int
 
 const (
-	// Learned adds a learned embedding of each absolute position (GPT-2 style). After 600
-	// SFT steps on the calculator's warm start it led RoPE (greedy dev success 48% vs 34%);
-	// over longer warm starts RoPE caught up and passed it (61% after 1500 steps, 73% with
-	// the DigitPairs tokenizer), and it costs no parameters per position.
+	// Learned adds a learned embedding of each absolute position (GPT-2 style): one vector of
+	// parameters per position of the context.
 	Learned Positions = iota
 	// RoPE rotates queries and keys by their position (Su et al. 2021, "RoFormer"): attention
-	// then depends only on relative offsets. The presets use it.
+	// then depends only on relative offsets, and it costs no parameters. The presets use it:
+	// it overtook Learned on longer warm starts (numbers in docs/experiments.md).
 	RoPE
 )
 
@@ -49,7 +48,7 @@ func (p Positions) String() string {
 // TinyLM is the CPU preset: the ASCII tokenizer with DigitPairs (vocabulary 209), width 128,
 // 2 layers, 4 heads, RoPE positions, a 512-token context (enough for a 4-hop multihop episode)
 // and a 512-wide MLP: about 0.45M parameters, trains in minutes on two cores. The backend
-// defaults to BackendFromEnv() (go:ops_sequential unless overridden).
+// defaults to learn.BackendFromEnv() (go:ops_sequential unless overridden).
 func TinyLM() LM {
 	return LM{tok: presetTokenizer(), positions: RoPE, width: 128, layers: 2, heads: 4, context: 512, mlp: 512, seed: 1, initStd: 0.02}
 }
@@ -62,8 +61,8 @@ func SmallLM() LM {
 }
 
 // presetTokenizer is the presets' tokenizer: printable ASCII plus the 100 digit pairs, which
-// halve the numbers a policy copies into tool calls and answers (on the calculator's warm start,
-// greedy dev success 61% → 73% after 1500 SFT steps; medium expressions 77% → 98%).
+// halve the numbers a policy copies into tool calls and answers, so a small model copies them
+// more reliably (measured in docs/experiments.md).
 func presetTokenizer() *Tokenizer {
 	t, err := ASCIITokenizer().Words(DigitPairs()...)
 	if err != nil {
@@ -94,7 +93,7 @@ func (c LM) Context(n int) LM { c.context = n; return c }
 func (c LM) MLP(n int) LM { c.mlp = n; return c }
 
 // Backend sets the compute backend configuration ("go:ops_sequential", "xla:cuda"…); ""
-// means BackendFromEnv(). See ParseBackend.
+// means learn.BackendFromEnv(). learn.ParseBackend lists the accepted configurations.
 func (c LM) Backend(config string) LM { c.backend = config; return c }
 
 // Shards sets into how many parts training batches and sampling batches are split and run

@@ -53,11 +53,12 @@ const (
 	MetricRatioDev  = "ratio/dev"
 	// MetricPGLoss is the policy-gradient part of the loss (without the KL penalty).
 	MetricPGLoss = "pg_loss"
-	// MetricLoss is the loss of the step's last minibatch.
+	// MetricLoss is the loss, the mean over the step's optimizer steps (minibatches × epochs).
 	MetricLoss = "loss"
-	// MetricGradNorm is the largest global gradient norm (before clipping) of the step's
-	// minibatches.
-	MetricGradNorm = "grad_norm"
+	// MetricGradNorm is the global gradient norm (before clipping), the mean over the step's
+	// optimizer steps; MetricGradNormMax the largest of them.
+	MetricGradNorm    = "grad_norm"
+	MetricGradNormMax = "grad_norm_max"
 	// MetricLR is the learning rate of the step's last optimizer step.
 	MetricLR = "lr"
 

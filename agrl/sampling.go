@@ -10,7 +10,8 @@ import (
 type Sampling struct {
 	// Temperature divides the logits before the softmax; 0 decodes greedily (log-probs are then
 	// recorded at temperature 1). The scorer applies a temperature the same way, so score with
-	// the temperature the tokens were sampled at. TrainSampling uses 0.8, EvalSampling 0.3.
+	// the temperature the tokens were sampled at. The GRPO trainer samples at
+	// GRPO.Temperature and evaluates at GRPO.EvalTemperature.
 	Temperature float64 `json:"temperature"`
 	// TopK keeps only the K most likely tokens (0: all).
 	TopK int `json:"top_k,omitempty"`
@@ -25,12 +26,6 @@ type Sampling struct {
 	// MaxActionTokens caps the tokens of one action (0: only the context budget caps it).
 	MaxActionTokens int `json:"max_action_tokens,omitempty"`
 }
-
-// TrainSampling is the sampling used to collect training rollouts: temperature 0.8.
-func TrainSampling(seed uint64) Sampling { return Sampling{Temperature: 0.8, Seed: seed} }
-
-// EvalSampling is the sampling used for evaluation: temperature 0.3.
-func EvalSampling(seed uint64) Sampling { return Sampling{Temperature: 0.3, Seed: seed} }
 
 // Validate reports what is wrong with the settings, or nil.
 func (s Sampling) Validate() error {
@@ -96,7 +91,7 @@ func AppendObservation(tok *Tokenizer, dst []int32, obs string) []int32 {
 	return append(dst, TagID(ObsClose))
 }
 
-// RolloutOptions configures Policy.Rollout. The zero value samples at temperature 0 (greedy)
+// RolloutOptions configures the learner's rollouts (learn.Policy.Rollout). The zero value samples at temperature 0 (greedy)
 // with the environment's turn limit and the whole context as budget.
 type RolloutOptions struct {
 	// Sampling sets temperature, top-k/p, the seed and an optional per-action token cap.
@@ -105,7 +100,8 @@ type RolloutOptions struct {
 	// MaxBytes (Play's text budget) is ignored in favour of MaxTokens.
 	Limits Limits
 	// MaxTokens is the per-episode token budget: prompt, actions and observations together
-	// (DESIGN rule 7: per episode, not per turn). 0 or more than the context means the context.
+	// (one budget for the whole episode, never per turn). 0 or more than the context means
+	// the context.
 	MaxTokens int
 }
 

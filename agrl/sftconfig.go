@@ -8,7 +8,7 @@ import (
 // SFTConfig configures behaviour cloning on expert episodes, the warm start before RL. It is a
 // value: setters return copies.
 //
-//	rep, err := agrl.SFT().Steps(300).Batch(32).Run(pol, expertEpisodes, env, devTasks)
+//	rep, err := pol.SFT(agrl.SFT().Steps(300).Batch(32), expertEpisodes, env, devTasks) // pol: a *learn.Policy
 type SFTConfig struct {
 	steps, batch, evalEvery int
 	opt                     AdamW

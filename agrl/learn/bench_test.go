@@ -23,8 +23,8 @@ import (
 
 // cpuPeakGFLOPs is the fp32 peak of the 2-core Zen 5 machine the project runs on: 2 cores ×
 // 3.45 GHz (the all-core AVX-512 clock) × 2 FMA pipes × 16 fp32 lanes × 2 FLOPs per FMA =
-// 441.6 GFLOP/s, which a hand-written AVX-512 FMA loop reaches (430–440 GFLOP/s measured,
-// DESIGN §5). Override with -peak when benchmarking elsewhere.
+// 441.6 GFLOP/s, which a hand-written AVX-512 FMA loop reaches (430–440 GFLOP/s measured on
+// that machine; see docs/performance.md). Override with -peak when benchmarking elsewhere.
 const cpuPeakGFLOPs = 441.6
 
 // benchLM is the Tiny benchmark shape with a 64-token vocabulary (12 reserved + 52 bytes).

@@ -12,7 +12,7 @@ const (
 	valMask    = "mask"     // 1 on policy tokens in the loss, else 0
 	valAdv     = "adv"      // the episode's advantage on its policy tokens
 	valOldLogp = "old_logp" // log-probs recorded when the tokens were sampled
-	valRefLogp = "ref_logp" // log-probs under the frozen reference policy
+	valRefLogp = "ref_logp" // log-probs under the frozen reference policy (0 when KL is 0)
 	valWeight  = "weight"   // the loss normalisation (see LossNorm), 0 off the mask
 	valFresh   = "fresh"    // 1 when the weights are those that sampled (first minibatch)
 )
@@ -27,7 +27,8 @@ var grpoValues = []string{valMask, valAdv, valOldLogp, valRefLogp, valWeight, va
 //	loss  = Σ (−obj + β·kl) · weight
 //
 // where weight holds the mask and the normalisation, so the sum is a token mean, a sequence
-// mean or Dr. GRPO's constant-length mean over the whole optimizer batch. The metrics are
+// mean or Dr. GRPO's constant-length mean over the whole optimizer batch. With β = 0 there is
+// no reference: the KL term and the "kl" metric are 0. The metrics are
 // means over the masked tokens of the whole batch ("ratio/dev" is the mean |ratio − 1|).
 func grpoLoss(epsLow, epsHigh, beta float64, est agrl.KLEstimator) LossFunc {
 	return func(in LossInputs) (*graph.Node, map[string]*graph.Node) {
@@ -46,12 +47,18 @@ func grpoLoss(epsLow, epsHigh, beta float64, est agrl.KLEstimator) LossFunc {
 		clipped := clamp(ratio, 1-epsLow, 1+epsHigh)
 		obj := graph.Min(graph.Mul(ratio, adv), graph.Mul(clipped, adv))
 
-		delta := clamp(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), -agrl.KLDeltaClamp, agrl.KLDeltaClamp)
 		var kl *graph.Node
-		if est == agrl.K1 {
-			kl = graph.Neg(delta)
+		if beta == 0 {
+			// KL(0): the trainer scores no reference (ref_logp is all 0), so there is no KL to
+			// estimate; the penalty and the "kl" metric are exactly 0.
+			kl = graph.ZerosLike(logp)
 		} else {
-			kl = graph.Sub(graph.Sub(graph.Exp(delta), delta), c(1))
+			delta := clamp(graph.Mul(graph.Sub(in.Values[valRefLogp], logp), mask), -agrl.KLDeltaClamp, agrl.KLDeltaClamp)
+			if est == agrl.K1 {
+				kl = graph.Neg(delta)
+			} else {
+				kl = graph.Sub(graph.Sub(graph.Exp(delta), delta), c(1))
+			}
 		}
 		tokLoss := graph.Neg(obj)
 		if beta > 0 {

@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,10 +87,10 @@ func TestGRPOImprovesOnTrivialTask(t *testing.T) {
 }
 
 // TestGRPORatioIsOneOnFirstMinibatch: the weights that sampled are the weights of the first
-// minibatch, so the importance ratio is exactly 1 there (DESIGN rule 3), even with several
-// epochs and minibatches.
+// minibatch, so the importance ratio is exactly 1 there (not merely close to 1: the old
+// log-probs are the current ones, stop-gradient), even with several epochs and minibatches.
 func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
-	tr, err := Build(tinyGRPO(t).Epochs(2).Minibatches(2).Steps(1))
+	tr, err := Build(tinyGRPO(t).Epochs(2).Minibatches(2).Steps(1).KL(0.05))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,10 @@ func TestGRPORatioIsOneOnFirstMinibatch(t *testing.T) {
 
 // TestGRPOLossMatchesReference checks the graph loss against the host reference arithmetic
 // (ClippedSurrogate, TokenKL, NormalizeLoss) on a batch with hand-set advantages and old
-// log-probs away from the current ones, so that clipping and KL are active.
+// log-probs away from the current ones, so that clipping and KL are active. The batch holds a
+// fully masked episode (as MaskTruncated leaves a truncated one): both the graph and
+// NormalizeLoss count it as a sequence of the batch (SeqMean: 3 of the 4 sequences are not
+// enough).
 func TestGRPOLossMatchesReference(t *testing.T) {
 	for _, tc := range []struct {
 		norm agrl.LossNorm
@@ -129,7 +133,11 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		adv := []float64{1.5, -0.7, 0.3}
+		masked := *eps[0]
+		masked.LossMask = make([]uint8, len(eps[0].LossMask))
+		masked.LogProbs = slices.Clone(eps[0].LogProbs)
+		eps = append(eps, &masked)
+		adv := []float64{1.5, -0.7, 0.3, 0.9}
 		rng := rand.New(rand.NewPCG(1, 1))
 		cur, err := tr.policy.Score(tokensOf(eps), g.Spec().Temperature)
 		if err != nil {
@@ -146,7 +154,7 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 				}
 			}
 		}
-		batch := tr.batch(eps, adv, ref, []int{0, 1, 2}, false)
+		batch := tr.batch(eps, adv, ref, []int{0, 1, 2, 3}, false)
 		st, err := tr.learner.Eval(batch)
 		if err != nil {
 			t.Fatal(err)
@@ -174,6 +182,79 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 		}
 		if st.Metrics["clip/low"]+st.Metrics["clip/high"] == 0 {
 			t.Errorf("%s: the test batch should clip some tokens", tc.norm)
+		}
+	}
+}
+
+// TestGRPOKLZeroNeedsNoReference: with KL(0) the trainer builds no reference policy (no copy,
+// no checkpoint, no scoring), its KL term and "kl" metric are exactly 0, and it still trains;
+// with a positive KL the first step builds the reference.
+func TestGRPOKLZeroNeedsNoReference(t *testing.T) {
+	tr, err := Build(tinyGRPO(t).Epochs(2).Minibatches(2).Steps(2)) // tinyGRPO has KL(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		m, err := tr.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m["kl"] != 0 || bad(m["loss"]) || m["grad_norm"] > m["grad_norm_max"] {
+			t.Errorf("KL(0) step %v: kl %v, loss %v, grad norm %v (max %v)", m["step"], m["kl"], m["loss"], m["grad_norm"], m["grad_norm_max"])
+		}
+	}
+	refDir := filepath.Join(tr.Run().CheckpointDir(), "reference")
+	if tr.ref != nil || len(Checkpoints(refDir)) > 0 {
+		t.Errorf("KL(0) built a reference policy (%v, checkpoints %v)", tr.ref != nil, Checkpoints(refDir))
+	}
+	if got := tr.learner.Steps(); got != 2*2*2 { // 2 GRPO steps × 2 epochs × 2 minibatches
+		t.Errorf("%d optimizer steps, want 8", got)
+	}
+
+	// The graph loss without a reference: with hand-set advantages the loss is the policy
+	// gradient term alone (token mean: loss = pg_loss), and kl is exactly 0 although ref_logp
+	// (all 0) is far from the policy's log-probs.
+	eps, _, err := tr.policy.Rollout(addEnv{}, tr.Tasks(agrl.Dev)[:3], tr.rolloutOptions(true, 7))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := tr.learner.Eval(tr.batch(eps, []float64{1.5, -0.7, 0.3}, nil, []int{0, 1, 2}, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Metrics["kl"] != 0 || st.Loss == 0 || math.Abs(st.Loss-st.Metrics["pg_loss"]) > 1e-6 {
+		t.Errorf("KL(0) loss %v, pg_loss %v, kl %v", st.Loss, st.Metrics["pg_loss"], st.Metrics["kl"])
+	}
+
+	withKL, err := Build(tinyGRPO(t).KL(0.05).Steps(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := withKL.Step(); err != nil {
+		t.Fatal(err)
+	}
+	if withKL.ref == nil || len(Checkpoints(filepath.Join(withKL.Run().CheckpointDir(), "reference"))) == 0 {
+		t.Error("KL(0.05) built no reference policy")
+	}
+}
+
+// TestGRPOUpdateMetricsAreMeans: "loss" and "grad_norm" are means over a step's optimizer
+// steps, "grad_norm_max" the largest norm, "lr" the last step's, "tokens/trained" the sum.
+func TestGRPOUpdateMetricsAreMeans(t *testing.T) {
+	var u updateStats
+	for _, st := range []agrl.StepStats{
+		{Loss: 1, GradNorm: 0.5, LR: 3e-4, Tokens: 100},
+		{Loss: 2, GradNorm: 2, LR: 2e-4, Tokens: 120},
+		{Loss: -6, GradNorm: 0.5, LR: 1e-4, Tokens: 80},
+	} {
+		u.add(st)
+	}
+	m := agrl.Metrics{}
+	u.report(m)
+	want := map[string]float64{"loss": -1, "grad_norm": 1, "grad_norm_max": 2, "lr": 1e-4, "tokens/trained": 300}
+	for k, w := range want {
+		if math.Abs(m[k]-w) > 1e-12 {
+			t.Errorf("%s = %v, want %v", k, m[k], w)
 		}
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 )
 
-// GRPOTrainer runs GRPO on one policy. Build it with GRPO.Build; drive it with Train, or by
+// GRPOTrainer runs GRPO on one policy. Make it with Build; drive it with Train, or by
 // hand with WarmStart, Step and EvaluateSplit (the tutorials do). It is not safe for concurrent
 // use.
 type GRPOTrainer struct {
@@ -475,13 +475,36 @@ func (t *GRPOTrainer) checkpoint() error {
 
 // Step takes one GRPO step and returns its metrics (also appended to metrics.jsonl). It reads
 // top to bottom: rollout → score → advantages → loss → update → log.
+//
+// A step takes Epochs × Minibatches optimizer steps. Its metrics, by name:
+//
+//   - Episodes (all of the step's episodes): "reward/mean", "reward/std" (population std),
+//     "reward/<component>" (each rubric component's mean value, unweighted), "success",
+//     "response_length" (policy tokens per episode), "turns", "truncated" (share cut off by
+//     the token budget), "tool_call_rate" (share of episodes with a tool call),
+//     "tool_error_rate" (per tool call), "invalid_rate" (per action), "episodes".
+//   - Groups: "frac_reward_zero_std" (share of the first rollout's groups whose rewards are
+//     all equal), "dynamic/refills", "dynamic/dropped_groups".
+//   - Loss diagnostics, from the first minibatch of the first epoch (the weights that sampled;
+//     means over its policy tokens): "kl" (to the reference; 0 with KL(0)), "entropy",
+//     "clip/low", "clip/high" (shares of tokens clipped), "ratio/mean", "ratio/dev" (mean
+//     |ratio − 1|), "approx_kl" (to the sampling policy), "pg_loss" (the policy-gradient term).
+//   - Update: "loss" and "grad_norm" (the global gradient norm before clipping) are means over
+//     the step's optimizer steps, "grad_norm_max" their largest norm, "lr" the learning rate of
+//     the last one.
+//   - Cost: "tokens/sampled" (tokens the policy wrote), "tokens/trained" (unpadded tokens,
+//     context included, summed over the optimizer steps), "tokens_per_second" (tokens read
+//     while sampling plus tokens trained, per second of the step), "time/step_seconds",
+//     "time/rollout_seconds", "time/update_seconds"; "step" is the step number.
 func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	start := time.Now()
 	if err := t.ensureLearner(); err != nil {
 		return nil, err
 	}
-	if err := t.ensureReference(); err != nil {
-		return nil, err
+	if t.cfg.KL > 0 { // KL(0) needs no reference: no copy of the policy, no forward pass
+		if err := t.ensureReference(); err != nil {
+			return nil, err
+		}
 	}
 	step := t.step + 1
 
@@ -495,12 +518,14 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	}
 	rollSeconds := time.Since(start).Seconds()
 
-	// 4. Loss inputs: per-token advantages, sampled log-probs, reference log-probs and the
-	//    normalisation weights, for every minibatch.
+	// 4. Loss inputs: per-token advantages, sampled log-probs, reference log-probs (only with
+	//    a KL penalty) and the normalisation weights, for every minibatch.
 	update := time.Now()
-	refScores, err := t.ref.Score(tokensOf(eps), t.cfg.Temperature)
-	if err != nil {
-		return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
+	var refScores []TokenScores
+	if t.cfg.KL > 0 {
+		if refScores, err = t.ref.Score(tokensOf(eps), t.cfg.Temperature); err != nil {
+			return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
+		}
 	}
 	// 5. Update: Epochs passes of Minibatches optimizer steps; the first minibatch's ratio is
 	//    exactly 1 (the weights are those that sampled).
@@ -510,8 +535,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	}
 	shuffle := rand.New(rand.NewPCG(t.seedFor("shuffle", step), 0))
 	agg := map[string]float64{}
-	var gradNorm, loss, lr float64
-	trained := 0
+	var upd updateStats
 	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
 		if epoch > 0 {
 			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -531,8 +555,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 					agg[k] = v // diagnostics of the first minibatch (ratio exactly 1 there)
 				}
 			}
-			gradNorm, loss, lr = math.Max(gradNorm, st.GradNorm), st.Loss, st.LR
-			trained += st.Tokens
+			upd.add(st)
 		}
 	}
 	updSeconds := time.Since(update).Seconds()
@@ -544,11 +567,11 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	for _, k := range lossMetrics {
 		m[k] = agg[k]
 	}
-	m[agrl.MetricLoss], m[agrl.MetricGradNorm], m[agrl.MetricLR] = loss, gradNorm, lr
+	upd.report(m)
 	total := time.Since(start).Seconds()
 	m[agrl.MetricStepSeconds], m[agrl.MetricRolloutSeconds], m[agrl.MetricUpdateSeconds] = total, rollSeconds, updSeconds
-	m[agrl.MetricTokensSampled], m[agrl.MetricTokensTrained] = float64(roll.generated), float64(trained)
-	m[agrl.MetricTokensPerSecond] = float64(roll.tokens+trained) / total
+	m[agrl.MetricTokensSampled] = float64(roll.generated)
+	m[agrl.MetricTokensPerSecond] = float64(roll.tokens+upd.tokens) / total
 	t.history = append(t.history, m)
 	if err := t.run.LogMetrics(m); err != nil {
 		return m, err
@@ -559,6 +582,29 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// updateStats accumulates the optimizer steps of one GRPO step.
+type updateStats struct {
+	n, tokens                   int
+	loss, gradNorm, gradMax, lr float64
+}
+
+func (u *updateStats) add(st agrl.StepStats) {
+	u.n++
+	u.tokens += st.Tokens
+	u.loss += st.Loss
+	u.gradNorm += st.GradNorm
+	u.gradMax = math.Max(u.gradMax, st.GradNorm)
+	u.lr = st.LR
+}
+
+// report sets MetricLoss and MetricGradNorm (means over the optimizer steps), MetricGradNormMax,
+// MetricLR (the last step's) and MetricTokensTrained (their sum).
+func (u *updateStats) report(m agrl.Metrics) {
+	n := float64(max(u.n, 1))
+	m[agrl.MetricLoss], m[agrl.MetricGradNorm], m[agrl.MetricGradNormMax] = u.loss/n, u.gradNorm/n, u.gradMax
+	m[agrl.MetricLR], m[agrl.MetricTokensTrained] = u.lr, float64(u.tokens)
 }
 
 // checkFinite returns an error when a model weight holds NaN or Inf.
@@ -665,7 +711,8 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 }
 
 // batch builds the optimizer batch of the episodes at idx: per-token mask, advantage, old and
-// reference log-probs, and the normalisation weights of the loss.
+// reference log-probs (0 when ref is nil: KL(0) scores no reference), and the normalisation
+// weights of the loss.
 func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
 	b := TrainBatch{Values: map[string][][]float32{}}
 	masks := make([][]float32, len(idx))
@@ -689,9 +736,10 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 		ep := eps[i]
 		n := len(ep.Tokens)
 		a, old, rf, w, fr := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
-		// Normalisation (DESIGN rule 4: over the whole optimizer batch, never per sequence
-		// chunk): token-mean divides by all policy tokens of the batch; seq-mean by each
-		// sequence's tokens and the number of sequences; Dr. GRPO by sequences × budget.
+		// Normalisation, over the whole optimizer batch (never per shard or chunk):
+		// token-mean divides by all policy tokens of the batch; seq-mean by each sequence's
+		// tokens and the number of sequences (fully masked ones included, as NormalizeLoss);
+		// Dr. GRPO by sequences × budget.
 		var scale float64
 		switch t.cfg.LossNorm {
 		case agrl.SeqMean:
@@ -707,7 +755,7 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 		}
 		for j := range n {
 			fr[j] = freshVal
-			if j > 0 {
+			if j > 0 && ref != nil {
 				rf[j] = ref[i].LogProbs[j-1] // Score's entry j-1 is about token j
 			}
 			if masks[k][j] == 0 {
@@ -728,7 +776,8 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 	return b
 }
 
-// stepMetrics computes the episode-level metrics of a step (DESIGN §2 rule 10).
+// stepMetrics computes the episode-level metrics of a step (reward, success, length, turns,
+// truncation, tool use, invalid actions, zero-std groups; see Step for their meanings).
 func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rollStats) agrl.Metrics {
 	m := agrl.Metrics{}
 	n := float64(len(eps))

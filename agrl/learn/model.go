@@ -20,23 +20,6 @@ import (
 	"github.com/gomlx/gomlx/ml/nn"
 )
 
-// The policy language model, in one picture:
-//
-//	pol := agrl.TinyLM().Seed(1).MustBuild()              // LM (config) -> *Policy (weights in a GoMLX store)
-//	experts, _ := agrl.ExpertEpisodes(env, expert, trainTasks, agrl.Limits{})
-//	rep, _ := agrl.SFT().Steps(300).Run(pol, experts, env, devTasks)    // warm start, greedy dev success
-//	eps, st, _ := pol.Rollout(env, tasks, agrl.RolloutOptions{Sampling: agrl.TrainSampling(seed)})
-//	// eps[i].Tokens / LossMask / LogProbs: the sampled ids and their log-probs, never re-tokenised
-//	tr, _ := pol.NewTrainer("grpo", loss, []string{"mask", "adv", "old_logp"}, agrl.NewAdamW(), 0.8)
-//	stats, _ := tr.Step(agrl.TrainBatch{Tokens: ..., Values: ...})
-//	dir, _ := pol.Save("runs/x/checkpoints")             // atomic; agrl.LoadPolicy(dir, "") resumes
-//
-// Files: tokenizer.go (byte-level ids, one token per protocol tag), model.go (the transformer and
-// its graphs), score.go (Score: log-probs and entropy), sample.go (Decoder: batched KV-cache
-// sampling), rollout.go (Rollout: multi-turn episodes), train.go (Trainer, AdamW), sft.go (SFT,
-// Evaluate), checkpoint.go (Save, LoadPolicy, Clone), backend.go (backend choice) and
-// gomlxfix.go (faster matmul gradients). On the go backend, build with GOEXPERIMENT=simd.
-
 // ropeBase is θ in RoPE's frequencies θ^(−2i/hd).
 const ropeBase = 10000
 

@@ -134,7 +134,7 @@ func ExampleTinyLM() {
 	}
 	tok := pol.Tokenizer()
 	prompt := tok.AppendEncode([]int32{agrl.BOS}, "What is 2+3?")
-	out, err := pol.Complete([][]int32{prompt}, 8, agrl.EvalSampling(42))
+	out, err := pol.Complete([][]int32{prompt}, 8, agrl.Sampling{Temperature: 0.3, Seed: 42})
 	if err != nil {
 		fmt.Println(err)
 		return

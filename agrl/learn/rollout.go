@@ -113,6 +113,11 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 // PolicyAgent adapts a policy to the text-level Agent interface, one action per call (each
 // call re-reads the whole episode: use Rollout to play batches). It is handy for comparing a
 // policy with experts through Play.
+//
+// maxActionTokens caps each action; 0 means no cap but the model's context. The action of turn
+// k (from 0) is drawn with seed s.Seed+k, so an agent plays the same episode the same way
+// every time. An episode that fills the context is an error (Play then stops): Rollout instead
+// ends such an episode as TokenBudget.
 func (p *Policy) PolicyAgent(s agrl.Sampling, maxActionTokens int) agrl.Agent {
 	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
 		tokens, _ := agrl.EncodeEpisode(p.tok, ep)
@@ -123,8 +128,12 @@ func (p *Policy) PolicyAgent(s agrl.Sampling, maxActionTokens int) agrl.Agent {
 		if room < 1 {
 			return "", fmt.Errorf("agrl: episode of %d tokens fills the context", len(tokens))
 		}
-		s.Seed += uint64(len(ep.Turns))
-		out, err := p.Complete([][]int32{tokens}, min(maxActionTokens, room), s)
+		if maxActionTokens > 0 {
+			room = min(room, maxActionTokens)
+		}
+		turn := s
+		turn.Seed += uint64(len(ep.Turns))
+		out, err := p.Complete([][]int32{tokens}, room, turn)
 		if err != nil {
 			return "", err
 		}

@@ -136,8 +136,9 @@ func TestRolloutUntrained(t *testing.T) {
 }
 
 // TestEpisodeBatchRatioIsOne trains on rollout episodes through EpisodeBatch: before any update
-// the log-probs the trainer computes equal those recorded at sampling (DESIGN rule 3: the
-// importance ratio is exactly 1 at the first minibatch).
+// the log-probs the trainer computes equal those recorded at sampling (sampler and scorer shift
+// by one position and apply the temperature the same way, so the importance ratio is exactly 1
+// at the first minibatch).
 func TestEpisodeBatchRatioIsOne(t *testing.T) {
 	p := MustNewPolicy(testLM())
 	tasks, err := agrl.NewMix(4).Tasks(addEnv{}, agrl.Train, 6)
@@ -179,5 +180,50 @@ func TestEpisodeBatchRatioIsOne(t *testing.T) {
 	}
 	if _, err := EpisodeBatch(eps, map[string][]float64{"adv": {1}}); err == nil {
 		t.Error("a short per-episode value was accepted")
+	}
+}
+
+// TestPolicyAgent: PolicyAgent writes what Complete writes after the episode's tokens, capped by
+// maxActionTokens, or (0) by the rest of the context only; and it plays the same episode the
+// same way every time (turn k draws with seed Seed+k).
+func TestPolicyAgent(t *testing.T) {
+	p := MustNewPolicy(testLM().Context(128))
+	task, err := addEnv{}.Generate(nil2(), agrl.Medium)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := agrl.Sampling{Temperature: 1, Seed: 5}
+	prompt := p.Tokenizer().AppendEncode([]int32{agrl.BOS}, task.Prompt)
+	complete := func(maxNew int, seed uint64) string {
+		s := s
+		s.Seed = seed
+		out, err := p.Complete([][]int32{prompt}, maxNew, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Tokenizer().Decode(out[0].Tokens)
+	}
+	for _, c := range []struct{ maxAction, maxNew int }{{0, 128 - len(prompt)}, {3, 3}} {
+		ep, err := agrl.Play(addEnv{}, task, p.PolicyAgent(s, c.maxAction), agrl.Limits{MaxTurns: 1})
+		if err != nil {
+			t.Fatalf("PolicyAgent(s, %d): %v", c.maxAction, err)
+		}
+		if want := complete(c.maxNew, 5); len(ep.Turns) != 1 || ep.Turns[0].Text != want {
+			t.Errorf("PolicyAgent(s, %d) wrote %q; Complete with %d new tokens writes %q", c.maxAction, ep.Turns[0].Text, c.maxNew, want)
+		}
+	}
+	// Turn 1 of an episode draws with seed 6, however often the agent is asked.
+	agent := p.PolicyAgent(s, 3)
+	ep, err := agrl.Play(addEnv{}, task, agent, agrl.Limits{MaxTurns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := agent.Act(ep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := agent.Act(ep)
+	if first != again {
+		t.Errorf("the same episode's turn 1: %q, then %q", first, again)
 	}
 }

@@ -52,7 +52,7 @@ type LossInputs struct {
 	// tokens of the whole batch. Normalise by these (for instance a token mean by
 	// Sums["mask"]), never by sums over the nodes above: the trainer may split a batch into
 	// shards computed concurrently, and the loss and metrics of the shards are added up.
-	// This is also DESIGN rule 4: divide by the whole batch's token count.
+	// A token mean divides by the whole batch's token count, never a shard's or micro-batch's.
 	Sums map[string]*graph.Node
 }
 
