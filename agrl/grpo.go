@@ -61,6 +61,8 @@ type GRPOSpec struct {
 	Steps                        int
 	OnStep                       func(Metrics)
 	Progress                     func(string)
+	// ResumeWithNewSettings: see the setter (agrl/resume.go).
+	ResumeWithNewSettings bool
 }
 
 // Spec returns the settings, with LM resolved (see GRPOSpec).

@@ -81,7 +81,7 @@ func TestTrainUsageErrors(t *testing.T) {
 		t.Errorf("bad flags: %d %s", code, stderr)
 	}
 	code, _, stderr = runCLI("train", "--group", "1", "--lr", "-1", "--out", t.TempDir()+"/x", "--quiet")
-	if code != 1 || !strings.Contains(stderr, "group size 1") || !strings.Contains(stderr, "learning rate -1") {
+	if code != 2 || !strings.Contains(stderr, "group size 1") || !strings.Contains(stderr, "learning rate -1") {
 		t.Errorf("invalid config: %d %s", code, stderr)
 	}
 	code, _, stderr = runCLI("eval", "--split", "holdout", "--k", "0")
