@@ -187,6 +187,10 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 // writes report.html. It returns the finished run directory.
 func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Writer) (*agrl.Run, error) {
 	tr, err := learn.Build(g)
+	var mismatch *agrl.ResumeMismatchError
+	if errors.As(err, &mismatch) {
+		return nil, usageError{err} // the command line asks for other settings than the run's
+	}
 	if err != nil {
 		return nil, err
 	}
