@@ -46,9 +46,10 @@ type GRPOTrainer struct {
 	sftDone int
 }
 
-// SFTCheckpointEvery is the wall time between checkpoints during a GRPO run's warm start: a run
-// killed during SFT resumes from the newest one, and continues exactly as if it had not stopped
-// (a cancelled run also checkpoints when it stops). 0 turns the periodic ones off.
+// SFTCheckpointEvery is the wall time between checkpoints during a GRPO run's warm start (longer
+// when a save takes more than a twentieth of it): a run killed during SFT resumes from the
+// newest one, and continues exactly as if it had not stopped (a cancelled run also checkpoints
+// when it stops). 0 turns the periodic ones off.
 var SFTCheckpointEvery = 2 * time.Minute
 
 // Build validates the configuration (reporting every problem at once), takes the run
@@ -376,12 +377,17 @@ func (t *GRPOTrainer) runSFT(ctx context.Context) (agrl.SFTReport, error) {
 	} else {
 		t.say("warm start: SFT on %d demonstration episodes", len(demos))
 	}
-	last := time.Now()
+	last, wait := time.Now(), SFTCheckpointEvery
 	after := func(step int) error {
 		t.sftDone = step
-		if SFTCheckpointEvery > 0 && time.Since(last) >= SFTCheckpointEvery && step < total {
-			last = time.Now()
-			return t.checkpoint()
+		if SFTCheckpointEvery > 0 && time.Since(last) >= wait && step < total {
+			start := time.Now()
+			if err := t.checkpoint(); err != nil {
+				return err
+			}
+			// At most 5% of the time in checkpoints (a 25M-parameter policy with its AdamW
+			// state takes seconds to save on a CPU machine).
+			last, wait = time.Now(), max(SFTCheckpointEvery, 20*time.Since(start))
 		}
 		return nil
 	}

@@ -125,15 +125,16 @@ func call(e *model.Exec, args ...any) ([]*tensors.Tensor, error) {
 	ch := make(chan result, 1)
 	go func() { ch <- run() }()
 	tick, gap := watchdogTick(timeout)
-	ticker := time.NewTicker(tick)
-	defer ticker.Stop()
+	timer := time.NewTimer(min(tick, timeout))
+	defer timer.Stop()
 	clock := runningClock{last: time.Now(), tick: tick, gap: gap}
 	for {
 		select {
 		case r := <-ch:
 			return r.out, r.err
-		case <-ticker.C:
+		case <-timer.C:
 			if clock.beat(time.Now()) < timeout {
+				timer.Reset(tick)
 				continue
 			}
 			paused := ""
