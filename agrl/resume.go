@@ -140,7 +140,9 @@ var resumeFree = []string{"steps", "out", "eval_every", "checkpoint_every", "tra
 
 // ResumeChanges compares the configuration a run directory stores (config.json, decoded) with
 // g's and splits the differences into those that need ResumeWithNewSettings (binding) and
-// those a resume may make freely (see the package comment on resuming).
+// those a resume may make freely (see the package comment on resuming). Changes to the model
+// are binding and, in addition, listed by ModelChanges: no opt-in can apply them to a resumed
+// run, whose checkpoint's weights are the model.
 func (g GRPO) ResumeChanges(stored map[string]any) (binding, free []SettingChange, err error) {
 	next := g.Resolved()
 	all, err := DiffSettings(stored, next)
@@ -170,6 +172,9 @@ func (g GRPO) ResumeChanges(stored map[string]any) (binding, free []SettingChang
 type ResumeMismatchError struct {
 	Dir     string
 	Changes []SettingChange
+	// Model is true when the changes are to the model itself (ModelChanges), which no opt-in
+	// allows.
+	Model bool
 }
 
 // Error names every differing setting and the ways forward.
@@ -178,6 +183,11 @@ func (e *ResumeMismatchError) Error() string {
 	fmt.Fprintf(&b, "agrl: %s holds a run with other settings; resuming it would continue that run under a record of settings it was not trained with:", e.Dir)
 	for _, c := range e.Changes {
 		b.WriteString("\n  " + c.String())
+	}
+	if e.Model {
+		b.WriteString("\nthe model cannot change in a resumed run (its checkpoint's weights are the model): " +
+			"use the same model settings, or start a new run in another directory (From the checkpoint to keep the weights)")
+		return b.String()
 	}
 	b.WriteString("\nuse the same settings to resume it, another directory to start a new run, " +
 		"or ResumeWithNewSettings(true) (agrl train --new-settings) to continue it with the new settings (recorded in " +
@@ -206,4 +216,18 @@ func ConfigHistory(dir string) ([]ConfigChange, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// ModelChanges returns the changes to the model's shape or tokenizer ("policy.*" other than
+// its backend and initialisation seed): a resumed run keeps the model of its checkpoint, so
+// these cannot be resumed with, even with ResumeWithNewSettings. (Start a new run From the
+// checkpoint to reuse its weights.)
+func ModelChanges(changes []SettingChange) []SettingChange {
+	var out []SettingChange
+	for _, c := range changes {
+		if strings.HasPrefix(c.Setting, "policy.") && c.Setting != "policy.backend" && c.Setting != "policy.seed" {
+			out = append(out, c)
+		}
+	}
+	return out
 }

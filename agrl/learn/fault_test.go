@@ -61,6 +61,11 @@ func TestResumeChecksItsSettings(t *testing.T) {
 		t.Errorf("a refused resume changed the run: seed %v, %d metrics lines", r.Config["seed"], len(r.Metrics))
 	}
 
+	// The model cannot change, even with the opt-in: the checkpoint's weights are the model.
+	_, err = Build(other.ResumeWithNewSettings(true))
+	if !errors.As(err, &me) || !me.Model || !strings.Contains(err.Error(), "policy.width: 64 → 32") || strings.Contains(err.Error(), "optimizer.lr") {
+		t.Fatalf("model change with the opt-in: %v", err)
+	}
 	// Extending the run is a free change; a new learning rate needs the opt-in.
 	train(t, g.Steps(2).LR(1e-3).ResumeWithNewSettings(true))
 	r, err := agrl.OpenRun(g.Spec().Out)

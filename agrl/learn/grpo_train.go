@@ -101,6 +101,9 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 		if err != nil {
 			return err
 		}
+		if model := agrl.ModelChanges(binding); len(model) > 0 && s.ResumeWithNewSettings {
+			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: model, Model: true}
+		}
 		if len(binding) > 0 && !s.ResumeWithNewSettings {
 			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: binding}
 		}
