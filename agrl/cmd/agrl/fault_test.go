@@ -196,7 +196,7 @@ func TestKilledBeforeFirstCheckpoint(t *testing.T) {
 // normally: the watchdog counts running time, not wall time.
 func TestSIGSTOPIsAPause(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
-	args := append(microFlags(out, 20), "--watchdog", "2s")
+	args := append(microFlags(out, 20), "--watchdog", "3s") // graph calls here take well under a second
 	c := startCLI(t, args...)
 	c.waitFor(t, "warm start: SFT on")
 	time.Sleep(300 * time.Millisecond)
