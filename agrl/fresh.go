@@ -14,6 +14,7 @@ import (
 var runEntries = map[string]bool{
 	RunConfigFile: true, RunMetricsFile: true, RunEvalFile: true, RunSummaryFile: true,
 	RunTrajectoriesDir: true, RunCheckpointsDir: true, "report.html": true, "before_after.json": true,
+	RunConfigHistoryFile: true, RunLockFile: true,
 }
 
 // ClearRun empties the run directory dir so that a run can start afresh in it (GRPO.Fresh):
@@ -51,6 +52,9 @@ func ClearRun(dir string) error {
 		return fmt.Errorf("agrl: not clearing %s: it is not a run directory (no %s; it holds %s)", dir, RunConfigFile, strings.Join(others, ", "))
 	}
 	for _, e := range entries {
+		if e.Name() == RunLockFile { // held by the caller (learn.Build clears under the lock)
+			continue
+		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
 			return fmt.Errorf("agrl: clearing run directory: %w", err)
 		}

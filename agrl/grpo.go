@@ -65,6 +65,8 @@ type GRPOSpec struct {
 	Steps                        int
 	OnStep                       func(Metrics)
 	Progress                     func(string)
+	// ResumeWithNewSettings: see the setter (agrl/resume.go).
+	ResumeWithNewSettings bool
 }
 
 // Spec returns the settings, resolved for the run's Seed: LM is the policy configuration

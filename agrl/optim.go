@@ -123,12 +123,19 @@ func (o AdamW) LearningRate(step int) float64 {
 	return o.lr * (o.floor + (1-o.floor)*k)
 }
 
+// minNormalFloat32 is the smallest normal float32, 2^-126 (about 1.18e-38).
+const minNormalFloat32 = 0x1p-126
+
 // Validate reports every problem of the settings at once, or nil.
 func (o AdamW) Validate() error {
 	var errs []error
 	bad := func(v float64) bool { return math.IsNaN(v) || math.IsInf(v, 0) }
-	if bad(o.lr) || o.lr <= 0 || o.lr > 1 {
+	switch {
+	case bad(o.lr) || o.lr <= 0 || o.lr > 1:
 		errs = append(errs, fmt.Errorf("learning rate %v; want in (0, 1]", o.lr))
+	case o.lr < minNormalFloat32:
+		// The update runs in float32: a smaller rate rounds to 0 or a denormal, and nothing trains.
+		errs = append(errs, fmt.Errorf("learning rate %v is 0 in float32 arithmetic; want >= %.3g", o.lr, minNormalFloat32))
 	}
 	if bad(o.beta1) || o.beta1 < 0 || o.beta1 >= 1 || bad(o.beta2) || o.beta2 < 0 || o.beta2 >= 1 {
 		errs = append(errs, fmt.Errorf("betas (%v, %v); want in [0, 1)", o.beta1, o.beta2))

@@ -74,19 +74,137 @@ type Summary struct {
 	Backend     string        `json:"backend"`
 	SFT         *SplitSummary `json:"sft,omitempty"`
 	Final       *SplitSummary `json:"final,omitempty"`
-	// Status is "completed", "cancelled" or "failed: …".
+	// Status is "completed", "cancelled" or "failed: …" ("warm-started" while GRPO runs).
 	Status string `json:"status"`
+	// Resume says, for a cancelled or failed run, which checkpoint the same command resumes
+	// from.
+	Resume string `json:"resume,omitempty"`
 }
 
 // RunWriter appends to a run directory. Its methods are safe for concurrent use.
 type RunWriter struct {
-	dir string
-	mu  sync.Mutex
+	dir  string
+	mu   sync.Mutex
+	lock *runLock
+}
+
+// LockRun creates the run directory dir if needed, takes its lock (see RunLockFile) and returns
+// a writer that holds it until Close. It writes nothing else: a trainer writes config.json
+// (WriteConfig) only once the run can start, so a failure before that leaves no record. A
+// directory locked by another process is a *RunLockedError naming its process id. The lock
+// never goes stale: the kernel releases it when the holder exits, however it exits.
+func LockRun(dir string) (*RunWriter, error) {
+	if dir == "" {
+		return nil, errors.New("agrl: empty run directory name")
+	}
+	l, err := lockRun(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &RunWriter{dir: dir, lock: l}, nil
+}
+
+// Close releases the run directory's lock (a no-op for writers made by CreateRun, and the
+// second time).
+func (w *RunWriter) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lock.unlock()
+}
+
+// WriteConfig writes config as config.json (atomically) and makes the run directory's
+// sub-directories.
+func (w *RunWriter) WriteConfig(config any) error {
+	for _, sub := range []string{RunTrajectoriesDir, RunCheckpointsDir} {
+		if err := os.MkdirAll(filepath.Join(w.dir, sub), 0o755); err != nil {
+			return fmt.Errorf("agrl: creating run directory: %w", err)
+		}
+	}
+	return writeJSONAtomic(filepath.Join(w.dir, RunConfigFile), config)
+}
+
+// Discard removes what an earlier start left in the run directory (configuration and its
+// history, metrics, evaluations, trajectories, summary) so that a run starts afresh in it. It
+// keeps the checkpoints directory and files it does not know.
+func (w *RunWriter) Discard() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, name := range []string{RunConfigFile, RunConfigHistoryFile, RunMetricsFile, RunEvalFile, RunSummaryFile, RunTrajectoriesDir} {
+		if err := os.RemoveAll(filepath.Join(w.dir, name)); err != nil {
+			return fmt.Errorf("agrl: clearing %s: %w", w.dir, err)
+		}
+	}
+	return nil
+}
+
+// Rewind returns the run directory's logs to a checkpoint taken after step: metrics.jsonl keeps
+// the steps up to step, eval.jsonl the records keepEval accepts (nil: those of steps up to
+// step), and trajectory files of later steps are removed. Both files are rewritten atomically
+// (after a torn last line is dropped), so that the resumed run appends each later line exactly
+// once.
+func (w *RunWriter) Rewind(step int, keepEval func(EvalRecord) bool) error {
+	if keepEval == nil {
+		keepEval = func(r EvalRecord) bool { return r.Step <= step }
+	}
+	r, err := OpenRun(w.dir)
+	if err != nil {
+		for _, name := range []string{RunMetricsFile, RunEvalFile} {
+			if _, serr := os.Stat(filepath.Join(w.dir, name)); serr == nil {
+				return err
+			}
+		}
+		r = &Run{Dir: w.dir} // nothing logged yet
+	}
+	var ms []Metrics
+	for _, m := range r.Metrics {
+		if m.Step() <= step {
+			ms = append(ms, m)
+		}
+	}
+	var evals []EvalRecord
+	for _, e := range r.Evals {
+		if keepEval(e) {
+			evals = append(evals, e)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.rewrite(RunMetricsFile, len(ms), func(i int) any { return nanSafe(ms[i]) }); err != nil {
+		return err
+	}
+	if err := w.rewrite(RunEvalFile, len(evals), func(i int) any { return evals[i] }); err != nil {
+		return err
+	}
+	steps, err := r.TrajectorySteps()
+	if err != nil {
+		return err
+	}
+	for _, s := range steps {
+		if s > step {
+			if err := os.Remove(filepath.Join(w.dir, RunTrajectoriesDir, fmt.Sprintf("step-%06d.jsonl", s))); err != nil {
+				return fmt.Errorf("agrl: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// rewrite replaces a JSONL file with n lines (atomically).
+func (w *RunWriter) rewrite(name string, n int, line func(int) any) error {
+	var buf []byte
+	for i := range n {
+		b, err := json.Marshal(line(i))
+		if err != nil {
+			return fmt.Errorf("agrl: encoding %s: %w", name, err)
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	return writeFileAtomic(filepath.Join(w.dir, name), buf)
 }
 
 // CreateRun makes (or, with resume, reopens) the run directory dir and writes config as
 // config.json. Without resume, a directory that already holds a run is an error, so a run is
-// never overwritten by accident.
+// never overwritten by accident. It does not lock the directory (trainers use LockRun).
 func CreateRun(dir string, config any, resume bool) (*RunWriter, error) {
 	if dir == "" {
 		return nil, errors.New("agrl: empty run directory name")
@@ -418,17 +536,9 @@ func (r *Run) Trajectories(step int) ([]*Episode, error) {
 }
 
 // RewriteMetrics replaces metrics.jsonl with the given lines (atomically): a resumed run keeps
-// the steps up to its checkpoint.
+// the steps up to its checkpoint. Rewind also trims eval.jsonl and trajectories.
 func (w *RunWriter) RewriteMetrics(ms []Metrics) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	var buf []byte
-	for _, m := range ms {
-		b, err := json.Marshal(nanSafe(m))
-		if err != nil {
-			return err
-		}
-		buf = append(append(buf, b...), '\n')
-	}
-	return writeFileAtomic(filepath.Join(w.dir, RunMetricsFile), buf)
+	return w.rewrite(RunMetricsFile, len(ms), func(i int) any { return nanSafe(ms[i]) })
 }

@@ -44,7 +44,61 @@ type policyJSON struct {
 	Format int       `json:"format"`
 	LM     agrl.LM   `json:"lm"`
 	Saved  time.Time `json:"saved"`
+	// Stage, Step and SFTStep: see CheckpointInfo (absent in checkpoints saved by Policy.Save
+	// outside a GRPO run, and in those of older builds).
+	Stage   string `json:"stage,omitempty"`
+	Step    int    `json:"step,omitempty"`
+	SFTStep int    `json:"sft_step,omitempty"`
 }
+
+// Checkpoint stages (CheckpointInfo.Stage).
+const (
+	// StageSFT marks a checkpoint taken during a GRPO run's warm start (SFTStep steps done).
+	StageSFT = "sft"
+	// StageGRPO marks a checkpoint taken by a GRPO run once its warm start was done: after Step
+	// GRPO steps (0: right after the warm start; that policy is also the KL reference).
+	StageGRPO = "grpo"
+)
+
+// CheckpointInfo says which checkpoint a policy was loaded from and how far its run had got.
+type CheckpointInfo struct {
+	// Dir is the checkpoint's directory (…/checkpoints/ckpt-000007); "" for a policy that was
+	// not loaded from a checkpoint.
+	Dir string `json:"checkpoint"`
+	// Stage is StageSFT, StageGRPO, or "" (saved outside a GRPO run, or by an older build).
+	Stage string `json:"stage,omitempty"`
+	// Step is the number of GRPO steps done; SFTStep the warm-start steps done (StageSFT).
+	Step    int `json:"step"`
+	SFTStep int `json:"sft_step,omitempty"`
+	// Skipped lists the newer checkpoints of the directory that could not be loaded, each with
+	// the reason: LoadPolicy fell back to an older one.
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// String describes the checkpoint: "ckpt-000004 (GRPO step 3)".
+func (c CheckpointInfo) String() string {
+	name := filepath.Base(c.Dir)
+	switch c.Stage {
+	case StageSFT:
+		return fmt.Sprintf("%s (warm start, SFT step %d)", name, c.SFTStep)
+	case StageGRPO:
+		return fmt.Sprintf("%s (GRPO step %d)", name, c.Step)
+	}
+	return name + " (step not recorded)"
+}
+
+// Warning returns the message about the checkpoints LoadPolicy had to skip, or "".
+func (c CheckpointInfo) Warning() string {
+	if len(c.Skipped) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("warning: %d newer checkpoint(s) in %s could not be loaded (%s); loaded the older %s",
+		len(c.Skipped), filepath.Dir(c.Dir), strings.Join(c.Skipped, "; "), c)
+}
+
+// Checkpoint returns which checkpoint the policy was loaded from (the zero value for a policy
+// made by NewPolicy).
+func (p *Policy) Checkpoint() CheckpointInfo { return p.loaded }
 
 // saveHook, when set by tests, is called between the stages of Save; an error aborts the save
 // there, like a crash.
@@ -80,7 +134,8 @@ func (p *Policy) Save(dir string) (string, error) {
 }
 
 func (p *Policy) writeCheckpoint(dir, tmp string) (string, error) {
-	meta, err := json.MarshalIndent(policyJSON{Format: policyFormat, LM: p.cfg, Saved: time.Now().UTC()}, "", "  ")
+	meta, err := json.MarshalIndent(policyJSON{Format: policyFormat, LM: p.cfg, Saved: time.Now().UTC(),
+		Stage: p.mark.Stage, Step: p.mark.Step, SFTStep: p.mark.SFTStep}, "", "  ")
 	if err != nil {
 		return "", err
 	}
@@ -255,21 +310,49 @@ func Checkpoints(dir string) []string {
 
 // LoadPolicy restores the newest loadable checkpoint in dir (the one LATEST names, else the
 // newest complete one) on the given backend ("" means BackendFromEnv()). The policy's
-// trainers, rebuilt with the same names, continue from the saved optimizer state.
+// trainers, rebuilt with the same names, continue from the saved optimizer state. Which
+// checkpoint was loaded is p.Checkpoint(); when newer ones were damaged and skipped, LoadPolicy
+// also prints the warning (CheckpointInfo.Warning) to standard error: a fallback is never silent.
 func LoadPolicy(dir, backend string) (*Policy, error) {
+	return loadPolicy(dir, backend, func(msg string) { fmt.Fprintln(os.Stderr, "agrl: "+msg) })
+}
+
+// loadPolicy is LoadPolicy with the fallback warning sent to warn.
+func loadPolicy(dir, backend string, warn func(string)) (*Policy, error) {
 	cands := Checkpoints(dir)
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("agrl: LoadPolicy: no checkpoint in %s", dir)
 	}
 	var errs []error
+	var skipped []string
 	for _, c := range cands {
-		p, err := loadCheckpoint(c, backend)
+		p, meta, err := loadCheckpoint(c, backend)
 		if err == nil {
+			p.loaded = CheckpointInfo{Dir: c, Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep, Skipped: skipped}
+			if w := p.loaded.Warning(); w != "" && warn != nil {
+				warn(w)
+			}
 			return p, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(c), err))
+		skipped = append(skipped, fmt.Sprintf("%s: %v", filepath.Base(c), err))
 	}
 	return nil, fmt.Errorf("agrl: LoadPolicy: no loadable checkpoint in %s: %w", dir, errors.Join(errs...))
+}
+
+// newestCheckpoint describes the checkpoint LoadPolicy would try first in dir, from its
+// policy.json alone.
+func newestCheckpoint(dir string) (CheckpointInfo, bool) {
+	cands := Checkpoints(dir)
+	if len(cands) == 0 {
+		return CheckpointInfo{}, false
+	}
+	var meta policyJSON
+	b, err := os.ReadFile(filepath.Join(cands[0], policyFile))
+	if err == nil {
+		_ = json.Unmarshal(b, &meta)
+	}
+	return CheckpointInfo{Dir: cands[0], Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}, true
 }
 
 // MustLoadPolicy is LoadPolicy for notebooks: it panics on error.
@@ -281,21 +364,21 @@ func MustLoadPolicy(dir, backend string) *Policy {
 	return p
 }
 
-func loadCheckpoint(ckdir, backend string) (*Policy, error) {
+func loadCheckpoint(ckdir, backend string) (*Policy, policyJSON, error) {
+	var meta policyJSON
 	b, err := os.ReadFile(filepath.Join(ckdir, policyFile))
 	if err != nil {
-		return nil, err
+		return nil, meta, err
 	}
-	var meta policyJSON
 	if err := json.Unmarshal(b, &meta); err != nil {
-		return nil, fmt.Errorf("reading %s: %w", policyFile, err)
+		return nil, meta, fmt.Errorf("reading %s: %w", policyFile, err)
 	}
 	if meta.Format != policyFormat {
-		return nil, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)
+		return nil, meta, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)
 	}
 	p, err := NewPolicy(meta.LM.Backend(backend))
 	if err != nil {
-		return nil, err
+		return nil, meta, err
 	}
 	err = catch(func() error {
 		prev := p.store.Loader()
@@ -324,9 +407,20 @@ func loadCheckpoint(ckdir, backend string) (*Policy, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, meta, err
 	}
-	return p, checkWeightsSaved(ckdir, p.cfg)
+	if err := checkWeightsSaved(ckdir, p.cfg); err != nil {
+		return nil, meta, err
+	}
+	p.mark = checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}
+	return p, meta, nil
+}
+
+// checkpointMark is what Save records about the run's progress in policy.json (set by the
+// GRPO trainer before it saves).
+type checkpointMark struct {
+	Stage         string
+	Step, SFTStep int
 }
 
 // checkWeightsSaved verifies that the GoMLX checkpoint in ckdir holds every weight of cfg

@@ -22,9 +22,12 @@ func TestBuildFreshStartsAfresh(t *testing.T) {
 	if _, err := tr.Policy().Save(tr.Run().CheckpointDir()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Build(g); err != nil {
+	tr.Close()
+	again, err := Build(g)
+	if err != nil {
 		t.Fatalf("without Fresh the run resumes: %v", err)
 	}
+	again.Close()
 	tr, err = Build(g.Fresh(true).Seed(4))
 	if err != nil {
 		t.Fatal(err)

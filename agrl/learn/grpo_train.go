@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"math"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/core/tensors"
@@ -36,11 +39,30 @@ type GRPOTrainer struct {
 	resumed  bool
 	// priorWall is the wall time a resumed run had spent before its stop.
 	priorWall float64
+	// warmed: the warm start is done and checkpointed (GRPO step 0). inSFT: the warm start's
+	// SFT is under way, sftDone of its steps taken (checkpoints then record the SFT stage).
+	warmed  bool
+	inSFT   bool
+	sftDone int
 }
 
-// Build validates the configuration (reporting every problem at once), creates the run
-// directory (or, when it already holds checkpoints of this run, resumes it), builds or loads
-// the policy and draws the evaluation splits. Nothing is trained yet.
+// SFTCheckpointEvery is the wall time between checkpoints during a GRPO run's warm start (longer
+// when a save takes more than a twentieth of it): a run killed during SFT resumes from the
+// newest one, and continues exactly as if it had not stopped (a cancelled run also checkpoints
+// when it stops). 0 turns the periodic ones off.
+var SFTCheckpointEvery = 2 * time.Minute
+
+// Build validates the configuration (reporting every problem at once), takes the run
+// directory's lock (a directory in use by another process is an error naming it), builds or
+// loads the policy and draws the evaluation splits. Nothing is trained yet.
+//
+// A run directory that holds a checkpoint is resumed from it. Its stored settings are compared
+// with the new ones first: a difference in what is trained is an error naming each setting,
+// unless ResumeWithNewSettings(true) (see agrl.GRPO.ResumeChanges); changes are recorded in
+// config_history.jsonl. A directory whose earlier start stopped before its first checkpoint
+// (that checkpoint is taken right after the warm start, and during it every
+// SFTCheckpointEvery) starts afresh. config.json is written only once the run can start: after
+// the starting policy has loaded.
 func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 	if err := errors.Join(g.Validate(), backendProblem(g.Spec().LM.Spec().Backend)); err != nil {
 		return nil, err
@@ -48,44 +70,105 @@ func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 	s := g.Spec()
 	t := &GRPOTrainer{cfg: s, resolved: g.Resolved(), env: s.Env, rubric: *s.Rubric}
 	t.cfg.Mix = s.Mix.Seed(s.Seed)
-	if s.Fresh {
-		if err := agrl.ClearRun(s.Out); err != nil {
-			return nil, err
-		}
-	}
-	ckdir := filepath.Join(s.Out, agrl.RunCheckpointsDir)
-	resume := len(Checkpoints(ckdir)) > 0
-	run, err := agrl.CreateRun(s.Out, t.resolved, resume)
+	_, statErr := os.Stat(s.Out)
+	created := errors.Is(statErr, fs.ErrNotExist)
+	run, err := agrl.LockRun(s.Out)
 	if err != nil {
 		return nil, err
 	}
 	t.run = run
-	backend := s.LM.Spec().Backend
-	switch {
-	case resume:
-		if t.policy, err = LoadPolicy(ckdir, backend); err != nil {
-			return nil, fmt.Errorf("agrl: resuming %s: %w", s.Out, err)
-		}
-		t.resumed = true
-	case s.From != "":
-		if t.policy, err = LoadPolicy(s.From, backend); err != nil {
-			return nil, fmt.Errorf("agrl: loading the start policy: %w", err)
-		}
-	default:
-		if t.policy, err = NewPolicy(s.LM); err != nil {
+	if s.Fresh { // under the lock: never clear a directory another process is writing
+		if err := agrl.ClearRun(s.Out); err != nil {
+			_ = run.Close()
 			return nil, err
 		}
 	}
-	if err := t.drawSplits(); err != nil {
+	if err := t.open(g); err != nil {
+		_ = run.Close()
+		if created { // leave nothing behind: the same command will find the directory as it was
+			_ = os.Remove(filepath.Join(s.Out, agrl.RunLockFile))
+			_ = os.Remove(s.Out)
+		}
 		return nil, err
-	}
-	if t.resumed {
-		if err := t.restoreProgress(); err != nil {
-			return nil, err
-		}
 	}
 	return t, nil
 }
+
+// open is Build's work once the run directory is locked.
+func (t *GRPOTrainer) open(g agrl.GRPO) error {
+	s := t.cfg
+	ckdir := t.run.CheckpointDir()
+	resume := len(Checkpoints(ckdir)) > 0
+	prev, _ := agrl.OpenRun(s.Out) // nil: nothing there yet
+	var changes []agrl.SettingChange
+	optIn := false
+	if resume && prev != nil && len(prev.ConfigJSON) > 0 {
+		binding, free, err := g.ResumeChanges(prev.ConfigJSON)
+		if err != nil {
+			return err
+		}
+		if model := agrl.ModelChanges(binding); len(model) > 0 && s.ResumeWithNewSettings {
+			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: model, Model: true}
+		}
+		if len(binding) > 0 && !s.ResumeWithNewSettings {
+			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: binding}
+		}
+		optIn = len(binding) > 0
+		changes = append(binding, free...)
+		sort.Slice(changes, func(i, j int) bool { return changes[i].Setting < changes[j].Setting })
+	}
+	if !resume && prev != nil && prev.Summary != nil && prev.Summary.Status == "completed" {
+		return fmt.Errorf("agrl: %s holds a finished run but no checkpoint to resume it from; choose another directory", s.Out)
+	}
+	backend := s.LM.Spec().Backend
+	var err error
+	switch {
+	case resume:
+		if t.policy, err = loadPolicy(ckdir, backend, t.warn); err != nil {
+			return fmt.Errorf("agrl: resuming %s: %w", s.Out, err)
+		}
+		t.resumed = true
+	case s.From != "":
+		if t.policy, err = loadPolicy(s.From, backend, t.warn); err != nil {
+			return fmt.Errorf("agrl: loading the start policy: %w", err)
+		}
+	default:
+		if t.policy, err = NewPolicy(s.LM); err != nil {
+			return err
+		}
+	}
+	if err := t.drawSplits(); err != nil {
+		return err
+	}
+	// The run can start: from here on the directory records it.
+	if !resume && prev != nil {
+		t.say("%s holds an earlier start that stopped before its first checkpoint: starting afresh", s.Out)
+		if err := t.run.Discard(); err != nil {
+			return err
+		}
+	}
+	if t.resumed {
+		if err := t.restoreProgress(); err != nil {
+			return err
+		}
+	}
+	if err := t.run.WriteConfig(t.resolved); err != nil {
+		return err
+	}
+	if len(changes) > 0 {
+		var list []string
+		for _, c := range changes {
+			list = append(list, c.String())
+		}
+		t.say("resuming with changed settings (recorded in %s): %s", agrl.RunConfigHistoryFile, strings.Join(list, "; "))
+		return t.run.RecordConfigChange(agrl.ConfigChange{Time: time.Now().UTC(), Step: t.step, Changes: changes, NewSettings: optIn})
+	}
+	return nil
+}
+
+// Close releases the run directory's lock. Train calls it when it returns; a trainer driven by
+// hand (WarmStart, Step) holds the directory until Close or the end of the process.
+func (t *GRPOTrainer) Close() error { return t.run.Close() }
 
 // MustBuild is Build for notebooks: it panics on error.
 func MustBuild(g agrl.GRPO) *GRPOTrainer {
@@ -121,6 +204,16 @@ func (t *GRPOTrainer) say(format string, args ...any) {
 	}
 }
 
+// warn reports a problem the run recovered from: through Progress, or on standard error when
+// there is no Progress (a warning is never silent).
+func (t *GRPOTrainer) warn(msg string) {
+	if t.cfg.Progress != nil {
+		t.cfg.Progress(msg)
+		return
+	}
+	fmt.Fprintln(os.Stderr, "agrl: "+msg)
+}
+
 func (t *GRPOTrainer) drawSplits() error {
 	t.splits = map[agrl.Split][]agrl.Task{}
 	for _, s := range []agrl.Split{agrl.Dev, agrl.Test, agrl.OOD} {
@@ -133,30 +226,58 @@ func (t *GRPOTrainer) drawSplits() error {
 	return nil
 }
 
-// restoreProgress reads the step count from the resumed optimizer state and drops metrics
-// lines logged after that checkpoint (they will be recomputed identically).
+// restoreProgress sets the trainer where the resumed checkpoint left off and rewinds the run
+// directory's logs to it (lines logged after the checkpoint will be logged again, identically).
+// A checkpoint of the warm start resumes SFT at its step; any other resumes GRPO at the step
+// read from the optimizer state.
 func (t *GRPOTrainer) restoreProgress() error {
+	info := t.policy.Checkpoint()
+	r, err := agrl.OpenRun(t.cfg.Out)
+	if err != nil {
+		r = &agrl.Run{Dir: t.cfg.Out}
+	}
+	if r.Summary != nil {
+		t.priorWall = r.Summary.WallSeconds
+	}
+	if info.Stage == StageSFT && t.cfg.SFT != nil {
+		t.inSFT, t.sftDone = true, info.SFTStep
+		if err := t.run.Rewind(0, func(agrl.EvalRecord) bool { return false }); err != nil {
+			return err
+		}
+		t.say("resumed %s in the warm start at SFT step %d (%s)", t.cfg.Out, t.sftDone, filepath.Base(info.Dir))
+		return nil
+	}
+	t.warmed = true
 	if err := t.ensureLearner(); err != nil {
 		return err
 	}
 	per := t.cfg.Epochs * t.cfg.Minibatches
 	t.step = t.learner.Steps() / per
-	r, err := agrl.OpenRun(t.cfg.Out)
-	if err != nil {
-		return err
-	}
 	for _, m := range r.Metrics {
 		if m.Step() <= t.step {
 			t.history = append(t.history, m)
 		}
 	}
-	if err := t.run.RewriteMetrics(t.history); err != nil {
+	// The start's evaluation ("sft" records) counts once it completed (the summary holds it);
+	// periodic dev evaluations up to the checkpoint's step were logged before it; final ones
+	// are made again.
+	startDone := r.Summary != nil && r.Summary.SFT != nil
+	if startDone {
+		t.sft = r.Summary.SFT
+	}
+	keep := func(e agrl.EvalRecord) bool {
+		switch e.Label {
+		case agrl.LabelSFT:
+			return startDone
+		case "":
+			return e.Step <= t.step
+		}
+		return false
+	}
+	if err := t.run.Rewind(t.step, keep); err != nil {
 		return err
 	}
-	if r.Summary != nil {
-		t.sft, t.priorWall = r.Summary.SFT, r.Summary.WallSeconds
-	}
-	t.say("resumed %s at step %d", t.cfg.Out, t.step)
+	t.say("resumed %s at step %d (%s)", t.cfg.Out, t.step, filepath.Base(info.Dir))
 	return nil
 }
 
@@ -217,41 +338,86 @@ func (t *GRPOTrainer) seedFor(purpose string, step int) uint64 {
 	return h.Sum64()
 }
 
-// WarmStart runs the configured behaviour-cloning warm start and evaluates the resulting policy
-// on every split: the "before" (summary key "sft") of the before/after table. A run started
-// From a checkpoint has no warm start; its starting policy is evaluated as the "before". A
-// no-op when resuming a run that already did it, and for a fresh policy without a warm start.
-func (t *GRPOTrainer) WarmStart() (*agrl.SFTReport, error) {
-	if t.resumed || t.step > 0 {
+// WarmStart runs the configured behaviour-cloning warm start, checkpoints the resulting policy
+// (GRPO step 0: the KL reference, and where a run killed later resumes) and evaluates it on
+// every split: the "before" (summary key "sft") of the before/after table. A run started From
+// a checkpoint has no warm start; its starting policy is evaluated as the "before". A resumed
+// run continues an interrupted warm start, and is a no-op once it was done.
+func (t *GRPOTrainer) WarmStart() (*agrl.SFTReport, error) { return t.warmStart(context.Background()) }
+
+func (t *GRPOTrainer) warmStart(ctx context.Context) (*agrl.SFTReport, error) {
+	evaluates := t.cfg.SFT != nil || t.cfg.From != ""
+	if t.warmed || t.step > 0 {
+		if t.step == 0 && t.sft == nil && evaluates { // stopped during the start's evaluation
+			return nil, t.evaluateStart(ctx)
+		}
 		return nil, nil
 	}
-	if t.cfg.SFT == nil {
-		if t.cfg.From == "" {
-			return nil, nil
+	var rep *agrl.SFTReport
+	if t.cfg.SFT != nil {
+		r, err := t.runSFT(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return nil, t.evaluateStart()
+		rep = &r
 	}
+	if err := t.checkpoint(); err != nil {
+		return rep, err
+	}
+	t.warmed = true
+	if !evaluates {
+		return rep, nil
+	}
+	return rep, t.evaluateStart(ctx)
+}
+
+// runSFT plays the demonstrations and runs the warm start's SFT from t.sftDone, checkpointing
+// every SFTCheckpointEvery.
+func (t *GRPOTrainer) runSFT(ctx context.Context) (agrl.SFTReport, error) {
 	start := time.Now()
-	demos, firstStep, err := t.demoEpisodes()
+	t.inSFT = true
+	demos, firstStep, err := t.demoEpisodes(ctx)
 	if err != nil {
-		return nil, err
+		return agrl.SFTReport{}, err
 	}
-	t.say("warm start: SFT on %d demonstration episodes", len(demos))
-	sft := *t.cfg.SFT
-	rep, err := t.policy.sft(sft, demos, firstStep, nil, nil)
+	total := t.cfg.SFT.Spec().Steps
+	if t.sftDone > 0 {
+		t.say("warm start: SFT on %d demonstration episodes, continuing at step %d of %d", len(demos), t.sftDone+1, total)
+	} else {
+		t.say("warm start: SFT on %d demonstration episodes", len(demos))
+	}
+	last, wait := time.Now(), SFTCheckpointEvery
+	after := func(step int) error {
+		t.sftDone = step
+		if SFTCheckpointEvery > 0 && time.Since(last) >= wait && step < total {
+			start := time.Now()
+			if err := t.checkpoint(); err != nil {
+				return err
+			}
+			// At most 5% of the time in checkpoints (a 25M-parameter policy with its AdamW
+			// state takes seconds to save on a CPU machine).
+			last, wait = time.Now(), max(SFTCheckpointEvery, 20*time.Since(start))
+		}
+		return nil
+	}
+	rep, err := t.policy.sft(sftRun{ctx: ctx, cfg: *t.cfg.SFT, episodes: demos, firstStep: firstStep, done: t.sftDone, after: after})
 	if err != nil {
-		return nil, fmt.Errorf("agrl: warm start: %w", err)
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return rep, err
+		}
+		return rep, fmt.Errorf("agrl: warm start: %w", err)
 	}
+	t.inSFT = false
 	final := rep.Final()
 	t.say("warm start: %d steps, loss %.3f, token accuracy %.3f, %.0f tokens/s, %.0fs",
 		len(rep.Steps), final.Loss, final.Metrics["accuracy"], rep.TokensPerSecond, time.Since(start).Seconds())
-	return &rep, t.evaluateStart()
+	return rep, nil
 }
 
 // evaluateStart evaluates the policy GRPO starts from on every split and records it in the
 // summary as "sft".
-func (t *GRPOTrainer) evaluateStart() error {
-	sum, err := t.evaluateAll(agrl.LabelSFT, 0)
+func (t *GRPOTrainer) evaluateStart(ctx context.Context) error {
+	sum, err := t.evaluateAll(ctx, agrl.LabelSFT, 0)
 	if err != nil {
 		return err
 	}
@@ -261,7 +427,7 @@ func (t *GRPOTrainer) evaluateStart() error {
 
 // demoEpisodes plays the warm start's demonstrations on training tasks, each demo its share,
 // and returns with each episode the first SFT step that may draw it (its demo's After).
-func (t *GRPOTrainer) demoEpisodes() ([]*agrl.Episode, []int, error) {
+func (t *GRPOTrainer) demoEpisodes(ctx context.Context) ([]*agrl.Episode, []int, error) {
 	mix := t.cfg.Mix
 	if t.cfg.DemoMix != nil {
 		mix = *t.cfg.DemoMix
@@ -282,6 +448,9 @@ func (t *GRPOTrainer) demoEpisodes() ([]*agrl.Episode, []int, error) {
 	eps := make([]*agrl.Episode, 0, t.cfg.DemoEpisodes)
 	first := make([]int, 0, t.cfg.DemoEpisodes)
 	for range t.cfg.DemoEpisodes {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
 		task, err := stream.Next()
 		if err != nil {
 			return nil, nil, err
@@ -340,9 +509,12 @@ func EvaluatePolicy(p *Policy, env agrl.Env, rubric agrl.Rubric, tasks []agrl.Ta
 
 // evaluateAll evaluates on dev, test and OOD (k=1), logs each to eval.jsonl with the label and
 // returns the headline numbers.
-func (t *GRPOTrainer) evaluateAll(label string, step int) (*agrl.SplitSummary, error) {
+func (t *GRPOTrainer) evaluateAll(ctx context.Context, label string, step int) (*agrl.SplitSummary, error) {
 	sum := &agrl.SplitSummary{}
 	for _, s := range []agrl.Split{agrl.Dev, agrl.Test, agrl.OOD} {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		res, _, err := t.EvaluateSplit(s, 1)
 		if err != nil {
 			return nil, fmt.Errorf("agrl: evaluating %s on %s: %w", label, s, err)
@@ -364,8 +536,24 @@ func (t *GRPOTrainer) evaluateAll(label string, step int) (*agrl.SplitSummary, e
 }
 
 func (t *GRPOTrainer) writeSummary(status string) error {
-	return t.run.WriteSummary(agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step,
-		Backend: t.policy.Backend().Name(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status})
+	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step,
+		Backend: t.policy.BackendConfig(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status}
+	if status != "completed" && status != "warm-started" {
+		if c, ok := newestCheckpoint(t.run.CheckpointDir()); ok {
+			s.Resume = "run the same command to resume from " + c.String()
+		}
+	}
+	return t.run.WriteSummary(s)
+}
+
+// ResumePoint describes the newest checkpoint of the run directory and how to resume from it
+// ("" when there is none): what a stopped or failed run tells its user.
+func (t *GRPOTrainer) ResumePoint() string {
+	c, ok := newestCheckpoint(t.run.CheckpointDir())
+	if !ok {
+		return ""
+	}
+	return "run the same command to resume from " + c.String()
 }
 
 // TrainResult is what Train returns: the steps' metrics and the summary it wrote.
@@ -376,10 +564,13 @@ type TrainResult struct {
 
 // Train runs the whole loop: the warm start (if configured), then GRPO steps with periodic
 // evaluation, trajectories and checkpoints, then the final evaluation and summary.json.
-// Cancelling ctx stops after the current step, saves a checkpoint and returns the history so
-// far with ctx's error. A NaN or infinite loss or gradient stops training with an error naming
-// the step; the last good checkpoint stays on disk.
+// Cancelling ctx stops after the current step (of SFT or GRPO) or evaluation split, saves a
+// checkpoint and returns the history so far with ctx's error; the same configuration then
+// resumes. A NaN or infinite loss or gradient stops training with an error naming the step;
+// the last good checkpoint stays on disk. Train releases the run directory (Close) when it
+// returns.
 func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
+	defer t.Close()
 	t.started = time.Now()
 	sum, err := t.train(ctx)
 	res := t.result()
@@ -394,6 +585,8 @@ func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
 			err = errors.Join(err, serr)
 		}
 	default:
+		// No checkpoint here: after a failed graph call (the watchdog abandons it) the weights
+		// may be in any state. The newest periodic checkpoint is the resume point.
 		if serr := t.writeSummary("failed: " + err.Error()); serr != nil {
 			err = errors.Join(err, serr)
 		}
@@ -403,7 +596,7 @@ func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
 
 // train is Train's loop; Train records how it ended.
 func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
-	if _, err := t.WarmStart(); err != nil {
+	if _, err := t.warmStart(ctx); err != nil {
 		return nil, err
 	}
 	for t.step < t.cfg.Steps {
@@ -436,11 +629,11 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 	if err := t.checkpoint(); err != nil {
 		return nil, err
 	}
-	final, err := t.evaluateAll(agrl.LabelFinal, t.step)
+	final, err := t.evaluateAll(ctx, agrl.LabelFinal, t.step)
 	if err != nil {
 		return nil, err
 	}
-	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step, Backend: t.policy.Backend().Name(),
+	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step, Backend: t.policy.BackendConfig(),
 		WallSeconds: t.wallSeconds(), SFT: t.sft, Final: final, Status: "completed"}
 	if err := t.run.WriteSummary(s); err != nil {
 		return nil, err
@@ -462,14 +655,22 @@ func every(n, step int) bool { return n > 0 && step%n == 0 }
 
 func (t *GRPOTrainer) result() *TrainResult { return &TrainResult{History: t.history} }
 
+// checkpoint saves the policy with the run's progress (the SFT step during the warm start, the
+// GRPO step after it).
 func (t *GRPOTrainer) checkpoint() error {
+	where := fmt.Sprintf("step %d", t.step)
+	t.policy.mark = checkpointMark{Stage: StageGRPO, Step: t.step}
+	if t.inSFT {
+		where = fmt.Sprintf("warm-start SFT step %d", t.sftDone)
+		t.policy.mark = checkpointMark{Stage: StageSFT, SFTStep: t.sftDone}
+	}
 	if err := t.policy.checkFinite(); err != nil {
-		return fmt.Errorf("agrl: checkpoint at step %d not saved: %w; the last good checkpoint is in %s", t.step, err, t.run.CheckpointDir())
+		return fmt.Errorf("agrl: checkpoint at %s not saved: %w; the last good checkpoint is in %s", where, err, t.run.CheckpointDir())
 	}
 	if _, err := t.policy.Save(t.run.CheckpointDir()); err != nil {
-		return fmt.Errorf("agrl: checkpoint at step %d: %w", t.step, err)
+		return fmt.Errorf("agrl: checkpoint at %s: %w", where, err)
 	}
-	t.say("checkpoint at step %d", t.step)
+	t.say("checkpoint at %s", where)
 	return nil
 }
 

@@ -32,6 +32,11 @@ type Policy struct {
 	tok     *agrl.Tokenizer
 	backend compute.Backend
 	store   *model.Store
+	// backendConfig is the backend configuration string ("go:ops_sequential", "xla:cuda").
+	backendConfig string
+	// mark is the progress Save records; loaded the checkpoint the policy came from.
+	mark   checkpointMark
+	loaded CheckpointInfo
 
 	// mu guards the weights: inference holds it shared, training and saving exclusively.
 	mu sync.RWMutex
@@ -61,7 +66,8 @@ func NewPolicy(c agrl.LM) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Policy{cfg: c, arch: arch{c.Spec()}, tok: c.Spec().Tokenizer, backend: backend, store: model.NewStore()}
+	bc, _ := ParseBackend(c.Spec().Backend) // validated by NewBackend
+	p := &Policy{cfg: c, arch: arch{c.Spec()}, tok: c.Spec().Tokenizer, backend: backend, store: model.NewStore(), backendConfig: bc.String()}
 	if err := p.initWeights(); err != nil {
 		return nil, err
 	}
@@ -107,6 +113,10 @@ func (p *Policy) Tokenizer() *agrl.Tokenizer { return p.tok }
 
 // Backend returns the compute backend the policy runs on.
 func (p *Policy) Backend() compute.Backend { return p.backend }
+
+// BackendConfig returns the exact backend configuration the policy runs on, such as
+// "go:ops_sequential" or "xla:cuda" (what summary.json records).
+func (p *Policy) BackendConfig() string { return p.backendConfig }
 
 // Store returns the GoMLX store holding the weights (under "/lm") and optimizer state.
 func (p *Policy) Store() *model.Store { return p.store }

@@ -61,7 +61,46 @@ func (p *Policy) newExec(name string, fn func(scope *model.Scope, inputs []*grap
 // ExecTimeout is the watchdog on every graph execution: a call that runs longer returns an
 // error instead of hanging the program (the go backend's parallel modes were seen to hang
 // inside large matmuls on 2-core machines). The stuck execution is abandoned. 0 disables it.
+//
+// The watchdog counts the time the process was running, not wall time: a process that is
+// stopped (SIGSTOP, Ctrl-Z, a suspended laptop) is paused, not hung. The rule: a heartbeat
+// goroutine wakes every watchdogTick (ExecTimeout/20, at most a second) and adds the time since
+// its last wake-up when that is short (at most watchdogGap, 5 ticks, at least 2 s); a longer gap
+// means the whole process, heartbeat included, was not running, and only one tick of it counts.
+// A hung call — workers spinning or all waiting — leaves the heartbeat running, so it is caught
+// after ExecTimeout of counted time. Measuring CPU time instead would miss the hang the
+// watchdog exists for: workers that all wait use no CPU either.
 var ExecTimeout = 10 * time.Minute
+
+// ErrExecTimeout is matched (errors.Is) by the watchdog's error. A run that fails with it can be
+// resumed from its last checkpoint with the same command.
+var ErrExecTimeout = errors.New("graph execution watchdog")
+
+// watchdogTick returns the heartbeat period and the longest gap between heartbeats that counts
+// as running time, for a timeout.
+func watchdogTick(timeout time.Duration) (tick, gap time.Duration) {
+	tick = min(time.Second, max(timeout/20, time.Millisecond))
+	return tick, max(5*tick, 2*time.Second)
+}
+
+// runningClock accumulates the time a process was running from heartbeats (see ExecTimeout).
+type runningClock struct {
+	last          time.Time
+	tick, gap     time.Duration
+	running, lost time.Duration
+}
+
+// beat records a heartbeat at now and returns the running time so far.
+func (c *runningClock) beat(now time.Time) time.Duration {
+	d := now.Sub(c.last)
+	c.last = now
+	if d > c.gap {
+		c.lost += d - c.tick
+		d = c.tick
+	}
+	c.running += d
+	return c.running
+}
 
 // call runs an executor under the watchdog, turning panics into errors.
 func call(e *model.Exec, args ...any) ([]*tensors.Tensor, error) {
@@ -78,20 +117,33 @@ func call(e *model.Exec, args ...any) ([]*tensors.Tensor, error) {
 		})
 		return r
 	}
-	if ExecTimeout <= 0 {
+	timeout := ExecTimeout
+	if timeout <= 0 {
 		r := run()
 		return r.out, r.err
 	}
 	ch := make(chan result, 1)
 	go func() { ch <- run() }()
-	timer := time.NewTimer(ExecTimeout)
+	tick, gap := watchdogTick(timeout)
+	timer := time.NewTimer(min(tick, timeout))
 	defer timer.Stop()
-	select {
-	case r := <-ch:
-		return r.out, r.err
-	case <-timer.C:
-		return nil, fmt.Errorf("agrl: graph execution of %s took longer than %v (watchdog, ExecTimeout); "+
-			"if the backend runs ops in parallel, try %s", e.Name(), ExecTimeout, DefaultBackend)
+	clock := runningClock{last: time.Now(), tick: tick, gap: gap}
+	for {
+		select {
+		case r := <-ch:
+			return r.out, r.err
+		case <-timer.C:
+			if clock.beat(time.Now()) < timeout {
+				timer.Reset(tick)
+				continue
+			}
+			paused := ""
+			if clock.lost > 0 {
+				paused = fmt.Sprintf(" (not counting %v the process was stopped)", clock.lost.Round(time.Second))
+			}
+			return nil, fmt.Errorf("agrl: graph execution of %s ran longer than %v%s: %w (ExecTimeout); "+
+				"if the backend runs ops in parallel, try %s", e.Name(), timeout, paused, ErrExecTimeout, DefaultBackend)
+		}
 	}
 }
 

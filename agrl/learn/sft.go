@@ -3,6 +3,7 @@ package learn
 import (
 	"agrl.dev/agrl"
 
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -30,16 +31,45 @@ func SFTLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 // dev tasks are given it evaluates greedy success on them (see EvalEvery). The optimizer state
 // is kept in the policy's store under "/opt/sft".
 func (p *Policy) SFT(c agrl.SFTConfig, episodes []*agrl.Episode, env agrl.Env, dev []agrl.Task) (agrl.SFTReport, error) {
-	return p.sft(c, episodes, nil, env, dev)
+	return p.sft(sftRun{cfg: c, episodes: episodes, env: env, dev: dev})
 }
 
-// sft is SFT with a curriculum: episode i is drawn only from step firstStep[i] on (nil: every
-// episode from the first step). Batches draw uniformly among the episodes available at the
-// step, so with every episode available from step 1 the draws are exactly SFT's.
-func (p *Policy) sft(cfg agrl.SFTConfig, episodes []*agrl.Episode, firstStep []int, env agrl.Env, dev []agrl.Task) (agrl.SFTReport, error) {
+// SFTContext is SFT stopped by ctx: cancelling it stops after the current step and returns the
+// report so far with ctx's error.
+func (p *Policy) SFTContext(ctx context.Context, c agrl.SFTConfig, episodes []*agrl.Episode, env agrl.Env, dev []agrl.Task) (agrl.SFTReport, error) {
+	return p.sft(sftRun{ctx: ctx, cfg: c, episodes: episodes, env: env, dev: dev})
+}
+
+// sftRun is one behaviour-cloning run.
+type sftRun struct {
+	ctx      context.Context // nil: never cancelled
+	cfg      agrl.SFTConfig
+	episodes []*agrl.Episode
+	// firstStep is a curriculum: episode i is drawn only from step firstStep[i] on (nil: every
+	// episode from the first step).
+	firstStep []int
+	env       agrl.Env
+	dev       []agrl.Task
+	// done is the number of steps an interrupted run already took (its optimizer state is in
+	// the store): the batches of those steps are drawn and skipped, so the run continues
+	// exactly as if it had not stopped.
+	done int
+	// after, when set, is called after every step with the step number (checkpoints).
+	after func(step int) error
+}
+
+// sft is SFT with a curriculum, cancellation and resumption (see sftRun). Batches draw
+// uniformly among the episodes available at the step, so with every episode available from
+// step 1 the draws are exactly SFT's.
+func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) {
 	var rep agrl.SFTReport
+	cfg, episodes, firstStep, env, dev := run.cfg, run.episodes, run.firstStep, run.env, run.dev
 	if err := cfg.Validate(); err != nil {
 		return rep, err
+	}
+	ctx := run.ctx
+	if ctx == nil {
+		ctx = context.Background()
 	}
 	c := cfg.Spec()
 	var seqs [][]int32
@@ -84,9 +114,17 @@ func (p *Policy) sft(cfg agrl.SFTConfig, episodes []*agrl.Episode, firstStep []i
 		rep.Evals = append(rep.Evals, agrl.EvalRecord{Step: tr.Steps(), Split: agrl.Dev, EvalResult: ev})
 		return nil
 	}
+	for step := 1; step <= min(run.done, c.Steps); step++ {
+		for range c.Batch {
+			draws.next(step)
+		}
+	}
 	var tokens int
 	var seconds float64
-	for step := 1; step <= c.Steps; step++ {
+	for step := run.done + 1; step <= c.Steps; step++ {
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
 		b := TrainBatch{Values: map[string][][]float32{"mask": nil}}
 		for range c.Batch {
 			k := draws.next(step)
@@ -102,6 +140,11 @@ func (p *Policy) sft(cfg agrl.SFTConfig, episodes []*agrl.Episode, firstStep []i
 		seconds += st.Seconds
 		if c.Log != nil {
 			c.Log(st)
+		}
+		if run.after != nil {
+			if err := run.after(step); err != nil {
+				return rep, err
+			}
 		}
 		if c.EvalEvery > 0 && step%c.EvalEvery == 0 && step < c.Steps {
 			if err := evaluate(); err != nil {

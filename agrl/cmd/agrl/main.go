@@ -37,7 +37,8 @@ Run "agrl COMMAND -h" for a command's flags.
 `
 
 // run executes one command line and returns the process exit code: 0 on success, 1 when the
-// command failed, 2 for bad usage.
+// command failed, 2 for bad usage (every problem of the command line and of the configuration
+// it describes, reported at once), 128+signal when a signal stopped it (130 for SIGINT).
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
@@ -63,6 +64,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	var ue usageError
+	var ie interrupted
 	switch {
 	case err == nil:
 		return 0
@@ -71,6 +73,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(stderr, "agrl %s: %v\n", args[0], err)
 		return 2
+	case errors.As(err, &ie):
+		fmt.Fprintf(stderr, "agrl %s: %v\n", args[0], err)
+		return ie.sig.code()
 	default:
 		fmt.Fprintf(stderr, "agrl %s: %v\n", args[0], err)
 		return 1

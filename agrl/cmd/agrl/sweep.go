@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/learn"
 	"agrl.dev/agrl/nb"
 )
 
@@ -92,12 +92,19 @@ func parseGrid(s string) ([]gridPoint, error) {
 		}
 		seen[name] = true
 		var next []gridPoint
+		values := map[trainFlags]string{} // parsed value → its first spelling
 		for _, v := range strings.Split(vals, ",") {
 			v = strings.TrimSpace(v)
-			if err := set(&trainFlags{}, v); err != nil || v == "" {
+			var parsed trainFlags
+			if err := set(&parsed, v); err != nil || v == "" {
 				errs = append(errs, fmt.Errorf("grid axis %q: bad value %q", name, v))
 				continue
 			}
+			if first, dup := values[parsed]; dup {
+				errs = append(errs, fmt.Errorf("grid axis %q lists the same value twice (%q and %q): the points would be the same run", name, first, v))
+				continue
+			}
+			values[parsed] = v
 			for _, p := range points {
 				next = append(next, append(append(gridPoint(nil), p...), [2]string{name, v}))
 			}
@@ -129,8 +136,38 @@ func cmdSweep(args []string, stdout, stderr io.Writer) error {
 	if f.out == "" {
 		f.out = filepath.Join("runs", "sweep-"+f.env)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Every point's configuration is checked before anything trains (the shared warm start
+	// included), and every problem is reported at once.
+	if _, err := f.config(stderr); err != nil {
+		return err
+	}
+	var problems []error
+	for _, p := range points {
+		pf := f
+		for _, kv := range p {
+			_ = sweepable[kv[0]](&pf, kv[1]) // parsed by parseGrid
+		}
+		pf.out = filepath.Join(f.out, p.name())
+		if _, err := pf.config(stderr); err != nil {
+			var ue usageError
+			if errors.As(err, &ue) {
+				err = ue.error
+			}
+			problems = append(problems, fmt.Errorf("grid point %s: %w", p.name(), err))
+		}
+	}
+	if len(problems) > 0 {
+		return usageError{errors.Join(problems...)}
+	}
+	learn.ExecTimeout = f.watchdog
+	ctx, stop := signalContext(stderr)
 	defer stop()
+	err = sweep(ctx, f, points, stdout, stderr)
+	return asInterrupted(ctx, err)
+}
+
+// sweep trains the shared warm start and every point, then compares them.
+func sweep(ctx context.Context, f trainFlags, points []gridPoint, stdout, stderr io.Writer) error {
 	root := f.out
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err

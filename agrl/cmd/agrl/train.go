@@ -4,10 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,6 +34,9 @@ type trainFlags struct {
 	temp, evalTemp                    float64
 	seed                              uint64
 	dynamic, quiet                    bool
+	checkpointEvery                   int
+	newSettings                       bool
+	watchdog                          time.Duration
 }
 
 // recipeDefaults returns the recipe of the environment named by the -env flag in args (calc when
@@ -79,6 +83,9 @@ func formatMix(m *agrl.Mix) string {
 	return fmt.Sprintf("%g,%g,%g", fr[agrl.Easy], fr[agrl.Medium], fr[agrl.Hard])
 }
 
+// presets are the model presets of --preset.
+var presets = map[string]func() agrl.LM{"tiny": agrl.TinyLM, "small": agrl.SmallLM}
+
 // register defines the flags; each default is the recipe of the environment that args name.
 func (f *trainFlags) register(fs interface {
 	StringVar(*string, string, string, string)
@@ -86,6 +93,7 @@ func (f *trainFlags) register(fs interface {
 	Float64Var(*float64, string, float64, string)
 	Uint64Var(*uint64, string, uint64, string)
 	BoolVar(*bool, string, bool, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
 }, args []string) {
 	env, r := recipeDefaults(args)
 	sftSteps, sftLR := 0, 0.0
@@ -124,41 +132,59 @@ func (f *trainFlags) register(fs interface {
 	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
+	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
+	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
+	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
 }
 
 // config turns the flags into a GRPO configuration: the environment's recipe with the flags'
-// values (whose defaults are the recipe's, so no flags means exactly the recipe); problems are
-// returned all at once.
+// values (whose defaults are the recipe's, so no flags means exactly the recipe). Every problem —
+// of a flag, or of the configuration the flags describe (agrl.GRPO.Validate) — is returned at
+// once, as a usage error.
 func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	var errs []error
 	entry, err := envs.Get(f.env)
 	if err != nil {
-		return agrl.GRPO{}, usageError{err}
+		errs = append(errs, err)
+		entry = envs.All()[0] // a stand-in, so that every other problem is reported too
 	}
 	g := entry.Recipe()
 	r := g.Spec()
-	lm := r.LM
-	switch f.preset {
-	case "tiny":
-	case "small":
-		lm = agrl.SmallLM()
-	default:
+	lm := r.LM // the preset "tiny" is the recipe's policy
+	if newLM, ok := presets[f.preset]; !ok {
 		errs = append(errs, fmt.Errorf("-preset %q: want tiny or small", f.preset))
+	} else if f.preset != "tiny" {
+		lm = newLM()
 	}
 	if f.backend != "" {
 		lm = lm.Backend(f.backend)
 	}
-	if f.context > 0 {
+	if _, err := learn.ParseBackend(f.backend); err != nil {
+		errs = append(errs, err)
+	}
+	switch {
+	case f.context < 0:
+		errs = append(errs, fmt.Errorf("-context %d: want >= 0 (0: the preset's)", f.context))
+	case f.context > 0:
 		lm = lm.Context(f.context)
 	}
 	if f.out == "" {
 		f.out = filepath.Join("runs", f.env)
+	}
+	if f.sftSteps < 0 {
+		errs = append(errs, fmt.Errorf("-sft-steps %d: want >= 0 (0: no warm start)", f.sftSteps))
+	}
+	if math.IsNaN(f.clipHigh) || f.clipHigh < 0 {
+		errs = append(errs, fmt.Errorf("-clip-high %v: want > 0, or 0 for the same as -clip", f.clipHigh))
 	}
 	if f.guessFrac < 0 || f.guessFrac > 1 {
 		errs = append(errs, fmt.Errorf("-guess-frac %v: want 0..1", f.guessFrac))
 	}
 	if f.guessAfter < 0 || f.guessAfter >= 1 {
 		errs = append(errs, fmt.Errorf("-guess-after %v: want 0 <= x < 1", f.guessAfter))
+	}
+	if f.watchdog < 0 {
+		errs = append(errs, fmt.Errorf("-watchdog %v: want >= 0 (0: none)", f.watchdog))
 	}
 	var demoMix agrl.Mix
 	switch {
@@ -170,19 +196,17 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			errs = append(errs, fmt.Errorf("-demo-mix %q: %w", f.demoMix, err))
 		}
 	}
-	if len(errs) > 0 {
-		return agrl.GRPO{}, usageError{errors.Join(errs...)}
-	}
 	g = g.Policy(lm).Steps(f.steps).Group(f.group).TasksPerStep(f.tasks).LR(f.lr).KL(f.kl).ClipEps(f.clip).
 		Temperature(f.temp).EvalTemperature(f.evalTemp).MaxTokens(f.maxTokens).MaxActionTokens(f.maxActionTokens).
-		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).DynamicSampling(f.dynamic).Seed(f.seed).Out(f.out)
+		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).CheckpointEvery(f.checkpointEvery).DynamicSampling(f.dynamic).
+		Seed(f.seed).Out(f.out).ResumeWithNewSettings(f.newSettings)
 	if f.clipHigh > 0 {
 		g = g.ClipHigh(f.clipHigh)
 	}
 	switch {
 	case f.from != "":
 		g = g.From(f.from).WarmStartSteps(0)
-	case f.sftSteps == 0:
+	case f.sftSteps <= 0:
 		g = g.WarmStartSteps(0)
 	case r.SFT == nil:
 		sft := agrl.SFT().Steps(f.sftSteps).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
@@ -200,9 +224,15 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	}
 	if g.Spec().SFT != nil {
 		g = g.DemoEpisodes(f.demos)
-		if f.demoMix != formatMix(r.DemoMix) {
+		if f.demoMix != formatMix(r.DemoMix) && demoMix.Validate() == nil {
 			g = g.DemoMix(demoMix)
 		}
+	}
+	if err := g.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return agrl.GRPO{}, usageError{errors.Join(errs...)}
 	}
 	if !f.quiet {
 		g = g.Progress(func(msg string) { fmt.Fprintf(stderr, "\r\033[K%s\n", msg) })
@@ -222,22 +252,27 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	learn.ExecTimeout = f.watchdog
+	ctx, stop := signalContext(stderr)
 	defer stop()
 	_, err = train(ctx, g, f, stdout, stderr)
-	return err
+	return asInterrupted(ctx, err)
 }
 
 // train builds and runs one configuration, printing progress and the before/after table, and
 // writes report.html. It returns the finished run directory.
 func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Writer) (*agrl.Run, error) {
 	tr, err := learn.Build(g)
+	var mismatch *agrl.ResumeMismatchError
+	if errors.As(err, &mismatch) {
+		return nil, usageError{err} // the command line asks for other settings than the run's
+	}
 	if err != nil {
 		return nil, err
 	}
 	if !f.quiet {
 		fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
-			tr.Policy().Config().Params(), tr.Policy().Backend().Name(), f.out)
+			tr.Policy().Config().Params(), tr.Policy().BackendConfig(), f.out)
 		tr.OnStep(newProgress(stderr, f.steps).update)
 	}
 	start := time.Now()
@@ -246,8 +281,15 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 		fmt.Fprintln(stderr)
 	}
 	if err != nil {
+		resume := tr.ResumePoint()
 		if errors.Is(err, context.Canceled) {
-			return nil, fmt.Errorf("interrupted after %d steps; checkpoint saved, run the same command to resume: %w", len(res.History), err)
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				err = cause
+			}
+			return nil, fmt.Errorf("stopped after %d GRPO steps (%v); checkpoint saved: %s", len(res.History), err, resume)
+		}
+		if resume != "" {
+			return nil, fmt.Errorf("%w\n%s", err, resume)
 		}
 		return nil, err
 	}
@@ -320,21 +362,35 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	splitName := fs.String("split", "test", "dev, test or ood")
 	k := fs.Int("k", 1, "samples per task (pass@k and mean@k)")
 	n := fs.Int("n", 0, "tasks (0: the run's eval-tasks)")
-	temp := fs.Float64("temperature", -1, "sampling temperature (default: the run's eval temperature)")
+	temp := fs.Float64("temperature", 0, "sampling temperature, >= 0 (default: the run's eval temperature)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
+	tempSet := false
+	fs.Visit(func(fl *flag.Flag) { tempSet = tempSet || fl.Name == "temperature" })
 	var problems []error
 	if *runDir == "" {
 		problems = append(problems, errors.New("-run is required"))
 	}
 	split, err := agrl.ParseSplit(*splitName)
-	if err != nil {
+	switch {
+	case err != nil:
 		problems = append(problems, err)
+	case split == agrl.Train:
+		problems = append(problems, errors.New("-split train: the run trained on it; evaluate on dev, test or ood"))
 	}
 	if *k < 1 {
 		problems = append(problems, fmt.Errorf("-k %d: want >= 1", *k))
+	}
+	if *n < 0 || *n > 100000 {
+		problems = append(problems, fmt.Errorf("-n %d: want 1..100000, or 0 for the run's eval-tasks", *n))
+	}
+	if tempSet && (math.IsNaN(*temp) || math.IsInf(*temp, 0) || *temp < 0) {
+		problems = append(problems, fmt.Errorf("-temperature %v: want >= 0 (0: greedy)", *temp))
+	}
+	if tempSet && *k > 1 && *temp == 0 {
+		problems = append(problems, errors.New("pass@k with k > 1 needs a temperature above 0"))
 	}
 	if len(problems) > 0 {
 		return usageError{errors.Join(problems...)}
@@ -355,6 +411,7 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	ck := pol.Checkpoint()
 	count := cfg.EvalTasks
 	if *n > 0 {
 		count = *n
@@ -364,11 +421,11 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	t := cfg.EvalTemperature
-	if *temp >= 0 {
+	if tempSet {
 		t = *temp
 	}
 	if *k > 1 && t == 0 {
-		return usageError{errors.New("pass@k with k > 1 needs a temperature above 0")}
+		return usageError{errors.New("pass@k with k > 1 needs a temperature above 0 (the run's eval temperature is 0; pass -temperature)")}
 	}
 	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: t, Seed: cfg.Seed, MaxActionTokens: cfg.MaxActionTokens},
 		Limits: agrl.Limits{MaxTurns: cfg.MaxTurns}, MaxTokens: cfg.MaxTokens}
@@ -379,13 +436,19 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return enc.Encode(struct {
+			learn.CheckpointInfo
+			agrl.EvalResult
+		}{ck, res})
 	}
-	fmt.Fprintf(stdout, "%s %s: %d tasks × k=%d at temperature %g\n", *runDir, split, res.Tasks, res.K, t)
+	fmt.Fprintf(stdout, "%s %s at %s: %d tasks × k=%d at temperature %g\n", *runDir, split, ck, res.Tasks, res.K, t)
 	fmt.Fprintf(stdout, "success (mean@%d) %.1f%%  pass@%d %.1f%%  mean reward %.3f  turns %.2f\n", res.K, 100*res.Success, res.K, 100*res.PassAtK, res.MeanReward, res.MeanTurns)
 	fmt.Fprintf(stdout, "tool-call rate %.1f%%  tool-error rate %.1f%%  invalid-action rate %.1f%%\n", 100*res.ToolCallRate, 100*res.ToolErrorRate, 100*res.InvalidRate)
 	for _, d := range res.Difficulties() {
 		fmt.Fprintf(stdout, "  %-8s success %.1f%%\n", d, 100*res.SuccessByDifficulty[d])
+	}
+	if w := ck.Warning(); w != "" {
+		fmt.Fprintln(stdout, w)
 	}
 	return nil
 }

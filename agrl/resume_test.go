@@ -1,0 +1,167 @@
+package agrl
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestLockRun: a run directory is held by one writer at a time; the second is refused at once
+// with the holder's process id, and the lock is free again after Close.
+func TestLockRun(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := LockRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = LockRun(dir)
+	var le *RunLockedError
+	if !errors.As(err, &le) || !errors.Is(err, ErrRunLocked) || le.PID != os.Getpid() ||
+		!strings.Contains(err.Error(), "process "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second lock: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w2, err := LockRun(dir)
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	w2.Close()
+}
+
+func TestAdamWRejectsARateThatIsZeroInFloat32(t *testing.T) {
+	err := NewAdamW().LR(1e-300).Validate()
+	if err == nil || !strings.Contains(err.Error(), "0 in float32") {
+		t.Errorf("lr 1e-300: %v", err)
+	}
+	if err := NewAdamW().LR(1e-30).Validate(); err != nil {
+		t.Errorf("lr 1e-30 (a normal float32): %v", err)
+	}
+}
+
+func toyGRPO() GRPO {
+	return NewGRPO().Env(toyEnv{}).Rubric(NewRubric().Add("answer", ExactAnswer, 1)).Steps(10).Out("runs/a")
+}
+
+// TestResumeChanges: settings that change what is trained need the opt-in, each one named;
+// steps, out and reporting intervals do not — except steps under a schedule that decays over
+// the run's length.
+func TestResumeChanges(t *testing.T) {
+	cfg, err := asMap(toyGRPO().Resolved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding, free, err := toyGRPO().LR(1e-3).Seed(7).Policy(TinyLM().Width(64)).Steps(20).Out("runs/./a").EvalEvery(5).ResumeChanges(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(cs []SettingChange) (out []string) {
+		for _, c := range cs {
+			out = append(out, c.Setting)
+		}
+		return out
+	}
+	for _, want := range []string{"optimizer.lr", "seed", "policy.width", "policy.params", "policy.seed"} {
+		if !strings.Contains(strings.Join(names(binding), " "), want) {
+			t.Errorf("binding changes %v lack %s", names(binding), want)
+		}
+	}
+	if got := strings.Join(names(free), " "); got != "eval_every out steps" {
+		t.Errorf("free changes: %s", got)
+	}
+	for _, c := range binding {
+		if c.Setting == "optimizer.lr" && c.String() != "optimizer.lr: 0.0003 → 0.001" {
+			t.Errorf("change reads %q", c.String())
+		}
+	}
+	msg := (&ResumeMismatchError{Dir: "runs/a", Changes: binding}).Error()
+	for _, want := range []string{"optimizer.lr: 0.0003 → 0.001", "seed: 1 → 7", "--new-settings"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q:\n%s", want, msg)
+		}
+	}
+	// The same settings: nothing differs.
+	if b, f, _ := toyGRPO().ResumeChanges(cfg); len(b)+len(f) != 0 {
+		t.Errorf("same settings differ: %v %v", b, f)
+	}
+	// Under a cosine decay over the run, more steps change the remaining learning rates.
+	cos := toyGRPO().Schedule(CosineLR, 0.1)
+	cfg, _ = asMap(cos.Resolved())
+	if b, _, _ := cos.Steps(20).ResumeChanges(cfg); len(b) != 1 || b[0].Setting != "steps" {
+		t.Errorf("steps under a decaying schedule: %v", b)
+	}
+}
+
+// asMap is a configuration as config.json stores it, decoded.
+func asMap(v any) (map[string]any, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]any
+	return out, json.Unmarshal(b, &out)
+}
+
+// TestRewind: a run directory returned to a checkpoint keeps the metrics, evaluations and
+// trajectories up to it, each once, and drops a torn last line.
+func TestRewind(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := LockRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if err := w.WriteConfig(map[string]any{"env": "toy"}); err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := Play(toyEnv{}, toyTask, toyExpert, Limits{})
+	for step := 1; step <= 5; step++ {
+		if err := w.LogMetrics(Metrics{"step": float64(step), "kl": math.NaN()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.LogEval(EvalRecord{Step: step, Split: Dev}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SaveTrajectories(step, []*Episode{ep}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, _ := os.OpenFile(filepath.Join(dir, RunEvalFile), os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"step": 6, "spl`) // torn by a kill
+	f.Close()
+	if err := w.Rewind(3, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms, es []int
+	for _, m := range r.Metrics {
+		ms = append(ms, m.Step())
+		if !math.IsNaN(m["kl"]) {
+			t.Error("NaN lost in the rewrite")
+		}
+	}
+	for _, e := range r.Evals {
+		es = append(es, e.Step)
+	}
+	trajs, _ := r.TrajectorySteps()
+	want := []int{1, 2, 3}
+	if !reflect.DeepEqual(ms, want) || !reflect.DeepEqual(es, want) || !reflect.DeepEqual(trajs, want) || r.Skipped != 0 {
+		t.Errorf("after Rewind(3): metrics %v, evals %v, trajectories %v, skipped %d", ms, es, trajs, r.Skipped)
+	}
+	if err := w.Rewind(3, func(e EvalRecord) bool { return e.Step < 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := OpenRun(dir); len(r.Evals) != 1 {
+		t.Errorf("keepEval ignored: %d records", len(r.Evals))
+	}
+}
