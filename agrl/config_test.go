@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // fixtureConfigs are the GRPO values whose config.json the untyped format of commit 4701d17
@@ -271,5 +272,21 @@ func TestMetricNamesAreStable(t *testing.T) {
 		if got != want {
 			t.Errorf("metric %q, want %q", got, want)
 		}
+	}
+}
+
+func TestSFTProgressETA(t *testing.T) {
+	// 10 of 40 steps in 20 s after resuming at step 5: 2 s per step, 30 steps left.
+	p := SFTProgress{Stats: StepStats{Step: 15, Loss: 0.5, LR: 1e-3, Tokens: 300, Seconds: 0.5, Metrics: map[string]float64{"accuracy": 0.75}},
+		Steps: 45, Elapsed: 20 * time.Second, Resumed: 5}
+	if got := p.ETA(); got != 60*time.Second {
+		t.Errorf("ETA %v; want 1m0s", got)
+	}
+	m := p.Metrics()
+	if m.Step() != 15 || m[MetricLoss] != 0.5 || m["accuracy"] != 0.75 || m[MetricTokensPerSecond] != 600 || m[MetricLR] != 1e-3 {
+		t.Errorf("metrics %v", m)
+	}
+	if (SFTProgress{Stats: StepStats{Step: 3}, Steps: 3, Elapsed: time.Second}).ETA() != 0 {
+		t.Error("ETA at the last step")
 	}
 }

@@ -64,6 +64,7 @@ type GRPOSpec struct {
 	Fresh                        bool
 	Steps                        int
 	OnStep                       func(Metrics)
+	OnSFTStep                    func(SFTProgress)
 	Progress                     func(string)
 	// ResumeWithNewSettings: see the setter (agrl/resume.go).
 	ResumeWithNewSettings bool
@@ -294,6 +295,10 @@ func (g GRPO) Steps(n int) GRPO { g.s.Steps = n; return g }
 
 // OnStep sets a callback that receives every step's metrics (for live plots).
 func (g GRPO) OnStep(fn func(Metrics)) GRPO { g.s.OnStep = fn; return g }
+
+// OnSFTStep sets a callback that receives every warm-start SFT step's progress (the warm start
+// is most of a run's time on a CPU: progress bars with a time estimate, live loss curves).
+func (g GRPO) OnSFTStep(fn func(SFTProgress)) GRPO { g.s.OnSFTStep = fn; return g }
 
 // Progress sets a callback that receives one-line progress messages (SFT, evaluation,
 // checkpoints); nil is silent.

@@ -3,6 +3,7 @@ package agrl
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // SFTConfig configures behaviour cloning on expert episodes, the warm start before RL. It is a
@@ -134,4 +135,41 @@ type StepStats struct {
 	Tokens   int                `json:"tokens"` // real (unpadded) target tokens in the batch
 	Seconds  float64            `json:"seconds"`
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
+}
+
+// SFTProgress is the progress of a warm start after one of its SFT steps (see GRPO.OnSFTStep).
+type SFTProgress struct {
+	// Stats is the step's loss, token accuracy ("accuracy" metric), learning rate and timing;
+	// Stats.Step counts from 1 to Steps.
+	Stats StepStats
+	// Steps is the warm start's number of SFT steps.
+	Steps int
+	// Elapsed is the wall time since this process started (or resumed) the SFT, over the
+	// steps Stats.Step−Resumed.
+	Elapsed time.Duration
+	// Resumed is the number of steps done before this process took over (0 unless resumed).
+	Resumed int
+}
+
+// ETA estimates the time left: the remaining steps at the mean step time so far (0 when no
+// step has been timed yet).
+func (p SFTProgress) ETA() time.Duration {
+	done := p.Stats.Step - p.Resumed
+	if done <= 0 || p.Steps <= p.Stats.Step {
+		return 0
+	}
+	return p.Elapsed / time.Duration(done) * time.Duration(p.Steps-p.Stats.Step)
+}
+
+// Metrics returns the step as a line of metrics ("step", "loss", "accuracy", "lr",
+// "tokens_per_second"), for displays of training metrics such as nb.Live.
+func (p SFTProgress) Metrics() Metrics {
+	m := Metrics{MetricStep: float64(p.Stats.Step), MetricLoss: p.Stats.Loss, MetricLR: p.Stats.LR}
+	if acc, ok := p.Stats.Metrics["accuracy"]; ok {
+		m["accuracy"] = acc
+	}
+	if p.Stats.Seconds > 0 {
+		m[MetricTokensPerSecond] = float64(p.Stats.Tokens) / p.Stats.Seconds
+	}
+	return m
 }

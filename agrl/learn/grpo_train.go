@@ -400,7 +400,17 @@ func (t *GRPOTrainer) runSFT(ctx context.Context) (agrl.SFTReport, error) {
 		}
 		return nil
 	}
-	rep, err := t.policy.sft(sftRun{ctx: ctx, cfg: *t.cfg.SFT, episodes: demos, firstStep: firstStep, done: t.sftDone, after: after})
+	cfg := *t.cfg.SFT
+	if fn := t.cfg.OnSFTStep; fn != nil {
+		began, resumed, log := time.Now(), t.sftDone, cfg.Spec().Log
+		cfg = cfg.Log(func(st agrl.StepStats) {
+			if log != nil {
+				log(st)
+			}
+			fn(agrl.SFTProgress{Stats: st, Steps: total, Elapsed: time.Since(began), Resumed: resumed})
+		})
+	}
+	rep, err := t.policy.sft(sftRun{ctx: ctx, cfg: cfg, episodes: demos, firstStep: firstStep, done: t.sftDone, after: after})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return rep, err

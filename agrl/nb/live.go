@@ -67,6 +67,13 @@ func (l *Live) Every(d time.Duration) *Live {
 	return l
 }
 
+// UpdateSFT records one warm-start SFT step: pass l.UpdateSFT to agrl.GRPO.OnSFTStep, with l
+// made for the warm start's steps and its metrics ("loss", "accuracy", "tokens_per_second").
+//
+//	sft := nb.NewLive(g.Spec().SFT.Spec().Steps, "loss", "accuracy")
+//	tr := learn.MustBuild(g.OnSFTStep(sft.UpdateSFT))
+func (l *Live) UpdateSFT(p agrl.SFTProgress) { l.Update(p.Metrics()) }
+
 // Update records one step's metrics and redraws if the last redraw is older than Every, or if
 // the step is the last one. Updates after Close are ignored.
 func (l *Live) Update(m agrl.Metrics) {

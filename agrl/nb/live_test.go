@@ -124,3 +124,17 @@ func TestSparklineThinsLongSeries(t *testing.T) {
 		t.Error("a single point")
 	}
 }
+
+func TestLiveShowsTheWarmStart(t *testing.T) {
+	l, clock, shown := fakeLive(20, "loss", "accuracy")
+	for step := 1; step <= 20; step++ {
+		*clock = clock.Add(time.Second)
+		l.UpdateSFT(agrl.SFTProgress{Stats: agrl.StepStats{Step: step, Loss: 2 / float64(step), Metrics: map[string]float64{"accuracy": float64(step) / 20}}, Steps: 20})
+	}
+	last := (*shown)[len(*shown)-1]
+	for _, want := range []string{"step 20 / 20", "loss <b>0.100</b>", "accuracy <b>1</b>"} {
+		if !strings.Contains(last, want) {
+			t.Errorf("missing %q in %s", want, last)
+		}
+	}
+}

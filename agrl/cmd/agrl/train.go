@@ -262,6 +262,10 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 // train builds and runs one configuration, printing progress and the before/after table, and
 // writes report.html. It returns the finished run directory.
 func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Writer) (*agrl.Run, error) {
+	prog := newProgress(stderr, f.steps)
+	if !f.quiet {
+		g = g.OnSFTStep(prog.sft)
+	}
 	tr, err := learn.Build(g)
 	var mismatch *agrl.ResumeMismatchError
 	if errors.As(err, &mismatch) {
@@ -273,7 +277,7 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 	if !f.quiet {
 		fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
 			tr.Policy().Config().Params(), tr.Policy().BackendConfig(), f.out)
-		tr.OnStep(newProgress(stderr, f.steps).update)
+		tr.OnStep(prog.update)
 	}
 	start := time.Now()
 	res, err := tr.Train(ctx)
@@ -338,22 +342,39 @@ func newProgress(w io.Writer, total int) *progress {
 
 func (p *progress) update(m agrl.Metrics) {
 	step := m.Step()
-	const width = 24
-	done := width * step / max(p.total, 1)
-	bar := strings.Repeat("=", done) + strings.Repeat(" ", width-done)
 	if p.first == 0 {
 		p.first, p.firstStart = step, time.Now().Add(-time.Duration(m[agrl.MetricStepSeconds]*float64(time.Second)))
 	}
 	perStep := time.Since(p.firstStart) / time.Duration(step-p.first+1)
 	eta := perStep * time.Duration(p.total-step)
-	line := fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s",
-		step, p.total, bar, m[agrl.MetricReward], m[agrl.MetricSuccess], m[agrl.MetricToolCallRate], m[agrl.MetricKL], m[agrl.MetricStepSeconds], eta.Round(time.Second))
+	p.emit(step, p.total, 10, fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s",
+		step, p.total, bar(step, p.total), m[agrl.MetricReward], m[agrl.MetricSuccess], m[agrl.MetricToolCallRate], m[agrl.MetricKL], m[agrl.MetricStepSeconds], eta.Round(time.Second)))
+}
+
+// sft shows the warm start's progress: on a terminal one line updated in place, otherwise a
+// line every 5% of the steps.
+func (p *progress) sft(s agrl.SFTProgress) {
+	step := s.Stats.Step
+	p.emit(step, s.Steps, max(s.Steps/20, 1), fmt.Sprintf("warm start %d/%d [%s] loss %.3f accuracy %.3f %.0f tokens/s eta %s",
+		step, s.Steps, bar(step, s.Steps), s.Stats.Loss, s.Stats.Metrics["accuracy"], s.Metrics()[agrl.MetricTokensPerSecond], s.ETA().Round(time.Second)))
+}
+
+// emit writes a progress line: on a terminal it replaces the current line at every step,
+// otherwise it prints the first and last steps and every every-th.
+func (p *progress) emit(step, total, every int, line string) {
 	switch {
 	case p.tty:
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
-	case step%10 == 0 || step == p.total || step == 1:
+	case step%every == 0 || step == total || step == 1:
 		fmt.Fprintln(p.w, line)
 	}
+}
+
+// bar draws step of total as a 24-character bar.
+func bar(step, total int) string {
+	const width = 24
+	done := min(width, max(0, width*step/max(total, 1)))
+	return strings.Repeat("=", done) + strings.Repeat(" ", width-done)
 }
 
 func cmdEval(args []string, stdout, stderr io.Writer) error {

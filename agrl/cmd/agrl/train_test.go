@@ -145,3 +145,30 @@ func TestSweep(t *testing.T) {
 		t.Errorf("table:\n%s", stdout)
 	}
 }
+
+// The warm start reports its progress (not a terminal: the first step, every 5% and the last).
+func TestTrainShowsWarmStartProgress(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "calc")
+	args := []string{"train", "--env", "calc", "--out", out, "--sft-steps", "40"}
+	for i := 0; i < len(quick); i++ {
+		switch quick[i] {
+		case "--quiet":
+		case "--sft-steps":
+			i++
+		default:
+			args = append(args, quick[i])
+		}
+	}
+	code, _, stderr := runCLI(args...)
+	if code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"warm start 1/40 [", "warm start 2/40 [", "warm start 20/40 [", "warm start 40/40 [========================]", "accuracy", "eta 0s"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("progress lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "warm start 3/40 [") {
+		t.Errorf("a line for every step on a non-terminal:\n%s", stderr)
+	}
+}
