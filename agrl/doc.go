@@ -17,7 +17,7 @@
 //   - GRPO's arithmetic (GroupAdvantages, ClippedSurrogate, TokenKL, NormalizeLoss) turns the
 //     rewards of groups of episodes of the same task into a training signal; the learner
 //     computes the same quantities in its graph and is tested against these.
-//   - Evaluate summarises episodes; CreateRun and OpenRun write and read run directories
+//   - Evaluate summarises episodes; LockRun (learn.Build) and OpenRun write and read run directories
 //     (config.json, metrics.jsonl, eval.jsonl, trajectories, summary.json).
 //
 // The configuration builders live here too, as plain values whose setters return copies:

@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// runEntries are the names a run directory holds (see CreateRun; report.html and
+// runEntries are the names a run directory holds (see LockRun; report.html and
 // before_after.json are written by nb.WriteReport and the CLI).
 var runEntries = map[string]bool{
 	RunConfigFile: true, RunMetricsFile: true, RunEvalFile: true, RunSummaryFile: true,

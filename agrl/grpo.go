@@ -282,7 +282,8 @@ func (g GRPO) CheckpointEvery(n int) GRPO { g.s.CheckpointEvery = n; return g }
 // Seed seeds everything: model initialisation, task draws, sampling.
 func (g GRPO) Seed(seed uint64) GRPO { g.s.Seed = seed; return g }
 
-// Out sets the run directory (required for Train; see CreateRun).
+// Out sets the run directory (required; learn.Build locks it, see LockRun, and resumes the run
+// it holds, see ResumeWithNewSettings).
 func (g GRPO) Out(dir string) GRPO { g.s.Out = dir; return g }
 
 // Fresh starts the run afresh: Build first empties the run directory (ClearRun, which refuses

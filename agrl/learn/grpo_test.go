@@ -500,18 +500,11 @@ func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := train(t, g)
 	if s := res.Summary.SFT; s == nil || s.TestSuccess != want.Success {
 		t.Fatalf("summary's starting point %+v; the checkpoint's own test success is %v (reward %v)", s, want.Success, want.MeanReward)
 	}
-	r, err := agrl.OpenRun(tr.Run().Dir())
+	r, err := agrl.OpenRun(g.Spec().Out)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,11 +13,22 @@ import (
 // otherwise).
 func InNotebook() bool { return gonbui.IsNotebook }
 
-// ShowHTML displays an HTML fragment as the cell's output.
-func ShowHTML(fragment string) { gonbui.DisplayHTML(fragment) }
+// ShowHTML displays an HTML fragment as the cell's output. It returns once GoNB has the output:
+// a display sent just before the cell's program exits is otherwise sometimes lost (seen on a
+// loaded machine: the last table of a cell missing from the saved notebook).
+func ShowHTML(fragment string) {
+	gonbui.DisplayHTML(fragment)
+	gonbui.Sync()
+}
 
-// ShowPNG displays a PNG image as the cell's output.
-func ShowPNG(png []byte) { gonbui.DisplayPNG(png) }
+// ShowPNG displays a PNG image as the cell's output; like ShowHTML it returns once GoNB has it.
+func ShowPNG(png []byte) {
+	gonbui.DisplayPNG(png)
+	gonbui.Sync()
+}
+
+// flush returns once GoNB has every output sent so far (see ShowHTML).
+func flush() { gonbui.Sync() }
 
 // updateHTML replaces the content of the output block id (created on first use).
 func updateHTML(id, fragment string) { gonbui.UpdateHTML(id, fragment) }

@@ -115,6 +115,7 @@ func (l *Live) Close() {
 	}
 	l.closed = true
 	l.drawLocked(l.now())
+	flush() // the final state must reach the notebook before the cell's program exits
 }
 
 // HTML renders the current state.
