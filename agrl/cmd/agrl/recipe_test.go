@@ -68,3 +68,24 @@ func calcRecipeWith(t *testing.T, change func(agrl.GRPO) agrl.GRPO) agrl.GRPOCon
 	}
 	return change(e.Recipe()).Resolved()
 }
+
+// The env that picks the defaults is the -env flag's, not a value that reads "env".
+func TestRecipeDefaultsFollowTheEnvFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "calc"},
+		{[]string{"--env", "multihop"}, "multihop"},
+		{[]string{"-env=filesearch"}, "filesearch"},
+		{[]string{"--out", "env", "--steps", "3"}, "calc"},
+		{[]string{"--out", "env", "--env", "multihop"}, "multihop"},
+	} {
+		if got, _ := recipeDefaults(c.args); got != c.want {
+			t.Errorf("%q: env %q, want %q", c.args, got, c.want)
+		}
+	}
+	if c := flagsConfig(t, "--env", "multihop"); c.Steps != 40 {
+		t.Errorf("multihop defaults: %d steps, want the recipe's 40", c.Steps)
+	}
+}

@@ -45,7 +45,13 @@ type trainFlags struct {
 func recipeDefaults(args []string) (string, agrl.GRPOSpec) {
 	name := "calc"
 	for i, a := range args {
-		a = strings.TrimLeft(a, "-")
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") { // a flag's value, such as "--out env"
+			continue
+		}
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		if v, ok := strings.CutPrefix(a, "env="); ok {
 			name = v
 		} else if a == "env" && i+1 < len(args) {
