@@ -12,7 +12,7 @@ NOTEBOOKS = $(sort $(wildcard tutorials/*.ipynb notebooks/*.ipynb))
 # empty (`make notebooks AGRL_QUICK=`) to run them in full.
 AGRL_QUICK ?= 1
 
-.PHONY: all test go-test vet fmt-check build train demo bench acceptance gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
+.PHONY: all test go-test vet fmt-check build train demo bench bench-peer acceptance gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
 
 all: build test
 
@@ -44,6 +44,11 @@ train:
 ## bench: sampling and training throughput of the Tiny policy (tokens/s, GFLOP/s, share of peak)
 bench:
 	GOEXPERIMENT=simd $(GO) test -run '^$$' -bench 'Sample|Train' -benchtime 5x ./agrl/learn/
+
+## bench-peer: the same benchmarks side by side with the same model in PyTorch (Debian's
+## python3-torch, installed when missing), A B A B, with the ratio per round (ARGS="--rounds 5")
+bench-peer:
+	$(PYTHON) scripts/bench_peer.py $(ARGS)
 
 ## acceptance: measurements that train for minutes (simd build): the calc SFT warm start
 acceptance:
