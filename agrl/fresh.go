@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -39,13 +40,16 @@ func ClearRun(dir string) error {
 	for _, e := range entries {
 		switch name := e.Name(); {
 		case name == RunConfigFile:
-			isRun = true
+			isRun = isRunConfig(filepath.Join(dir, name))
 		case runEntries[name] || strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp-"):
 		default:
 			others = append(others, name)
 		}
 	}
 	if !isRun && len(others) > 0 {
+		if slices.ContainsFunc(entries, func(e fs.DirEntry) bool { return e.Name() == RunConfigFile }) {
+			others = append([]string{RunConfigFile + " of another tool"}, others...)
+		}
 		if len(others) > 3 {
 			others = append(others[:3], "…")
 		}
@@ -77,4 +81,15 @@ func (g GRPO) freshProblem() error {
 		return fmt.Errorf("the checkpoint to start from (%s) is inside the run directory that Fresh clears (%s)", g.s.From, g.s.Out)
 	}
 	return nil
+}
+
+// isRunConfig reports whether path is a run's config.json (a JSON object that decodes as a
+// GRPOConfig naming its environment), not some other tool's file of the same name.
+func isRunConfig(path string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false
+	}
+	var r Run
+	return decodeConfig(b, &r) == nil && r.Config.Env != ""
 }

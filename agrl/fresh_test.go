@@ -111,3 +111,20 @@ func TestFreshRefusesAStartInsideTheRun(t *testing.T) {
 		t.Errorf("a sibling whose name starts like the run's: %v", err)
 	}
 }
+
+// A config.json that is not a run's (another tool's file of the same name) does not make a
+// directory of other files clearable.
+func TestClearRunNeedsARunsConfig(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{RunConfigFile: `{"port": 8080}`, "main.go": "package main"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ClearRun(dir); err == nil || !strings.Contains(err.Error(), "not a run directory") {
+		t.Errorf("ClearRun on a project directory: %v", err)
+	}
+	if got := names(t, dir); len(got) != 2 {
+		t.Errorf("the refused directory lost files: %v", got)
+	}
+}

@@ -534,11 +534,3 @@ func (r *Run) Trajectories(step int) ([]*Episode, error) {
 	})
 	return eps, err
 }
-
-// RewriteMetrics replaces metrics.jsonl with the given lines (atomically): a resumed run keeps
-// the steps up to its checkpoint. Rewind also trims eval.jsonl and trajectories.
-func (w *RunWriter) RewriteMetrics(ms []Metrics) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.rewrite(RunMetricsFile, len(ms), func(i int) any { return nanSafe(ms[i]) })
-}

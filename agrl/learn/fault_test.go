@@ -275,3 +275,67 @@ func TestWatchdogCountsOnlyRunningTime(t *testing.T) {
 		t.Errorf("running %v, lost %v", c.running, c.lost)
 	}
 }
+
+// Review findings: a resume with new optimizer-step counts keeps its step; an unreadable run is
+// an error, not silently overwritten; Fresh clears only once the new start has loaded; a stop
+// before any progress leaves no checkpoint.
+func TestResumeEdgeCases(t *testing.T) {
+	// Epochs 1 → 2 with the opt-in: the run resumes at the checkpoint's step (2), not at the
+	// optimizer's count divided by the new epochs (1), and keeps both logged steps.
+	g := quickGRPO(t)
+	train(t, g)
+	tr, err := Build(g.Epochs(2).Steps(3).ResumeWithNewSettings(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.StepNumber() != 2 {
+		t.Errorf("resumed at step %d after changing Epochs; want 2", tr.StepNumber())
+	}
+	tr.Close()
+	if r, err := agrl.OpenRun(g.Spec().Out); err != nil || len(r.Metrics) != 2 {
+		t.Errorf("metrics after the resume: %v, %d lines", err, len(r.Metrics))
+	}
+
+	// An unreadable config.json is reported, and the directory is left as it was.
+	bad := quickGRPO(t)
+	if err := os.MkdirAll(bad.Spec().Out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(bad.Spec().Out, agrl.RunConfigFile)
+	if err := os.WriteFile(cfg, []byte(`{"env": "add", "kl_estimator": "k9"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(bad); err == nil || !strings.Contains(err.Error(), agrl.RunConfigFile) {
+		t.Errorf("an unreadable config.json: %v", err)
+	}
+	if b, _ := os.ReadFile(cfg); !strings.Contains(string(b), "k9") {
+		t.Errorf("config.json was rewritten: %s", b)
+	}
+
+	// Fresh with a start that cannot load keeps the earlier run.
+	missing := filepath.Join(t.TempDir(), "no-checkpoints")
+	if err := os.MkdirAll(missing, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Build(g.From(missing).Fresh(true)); err == nil {
+		t.Fatal("a start From a directory without checkpoints was accepted")
+	}
+	if len(Checkpoints(filepath.Join(g.Spec().Out, agrl.RunCheckpointsDir))) == 0 {
+		t.Error("Fresh cleared the earlier run although the new start failed")
+	}
+
+	// A run stopped before any progress saves no checkpoint: it stays a fresh start.
+	early := quickWarm(quickGRPO(t))
+	tr, err = Build(early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := tr.Train(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Train with a cancelled context: %v", err)
+	}
+	if c := Checkpoints(filepath.Join(early.Spec().Out, agrl.RunCheckpointsDir)); len(c) != 0 {
+		t.Errorf("checkpoints after a stop before any step: %v", c)
+	}
+}

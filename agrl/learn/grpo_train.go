@@ -39,6 +39,9 @@ type GRPOTrainer struct {
 	resumed  bool
 	// priorWall is the wall time a resumed run had spent before its stop.
 	priorWall float64
+	// unsaved: the policy changed since the last checkpoint (or load); a stop saves it only then,
+	// so a run stopped before any progress stays a fresh start that other settings may take.
+	unsaved bool
 	// warmed: the warm start is done and checkpointed (GRPO step 0). inSFT: the warm start's
 	// SFT is under way, sftDone of its steps taken (checkpoints then record the SFT stage).
 	warmed  bool
@@ -77,16 +80,12 @@ func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 		return nil, err
 	}
 	t.run = run
-	if s.Fresh { // under the lock: never clear a directory another process is writing
-		if err := agrl.ClearRun(s.Out); err != nil {
-			_ = run.Close()
-			return nil, err
-		}
-	}
 	if err := t.open(g); err != nil {
-		_ = run.Close()
 		if created { // leave nothing behind: the same command will find the directory as it was
-			_ = os.Remove(filepath.Join(s.Out, agrl.RunLockFile))
+			_ = os.Remove(filepath.Join(s.Out, agrl.RunLockFile)) // while still holding its lock
+		}
+		_ = run.Close()
+		if created {
 			_ = os.Remove(s.Out)
 		}
 		return nil, err
@@ -98,8 +97,13 @@ func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 func (t *GRPOTrainer) open(g agrl.GRPO) error {
 	s := t.cfg
 	ckdir := t.run.CheckpointDir()
-	resume := len(Checkpoints(ckdir)) > 0
-	prev, _ := agrl.OpenRun(s.Out) // nil: nothing there yet
+	resume := !s.Fresh && len(Checkpoints(ckdir)) > 0
+	var prev *agrl.Run // the run the directory holds (nil: none, or Fresh)
+	if _, err := os.Stat(filepath.Join(s.Out, agrl.RunConfigFile)); err == nil && !s.Fresh {
+		if prev, err = agrl.OpenRun(s.Out); err != nil {
+			return fmt.Errorf("%w (to start afresh there, use Fresh, or choose another directory)", err)
+		}
+	}
 	var changes []agrl.SettingChange
 	optIn := false
 	if resume && prev != nil && len(prev.ConfigJSON) > 0 {
@@ -107,8 +111,11 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 		if err != nil {
 			return err
 		}
-		if model := agrl.ModelChanges(binding); len(model) > 0 && s.ResumeWithNewSettings {
-			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: model, Model: true}
+		if model := agrl.ModelChanges(binding); len(model) > 0 { // no opt-in applies these
+			if s.ResumeWithNewSettings {
+				binding = model // the opt-in covers the rest: name only what still blocks
+			}
+			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: binding, Model: true}
 		}
 		if len(binding) > 0 && !s.ResumeWithNewSettings {
 			return &agrl.ResumeMismatchError{Dir: s.Out, Changes: binding}
@@ -141,8 +148,15 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 		return err
 	}
 	// The run can start: from here on the directory records it.
-	if !resume && prev != nil {
-		t.say("%s holds an earlier start that stopped before its first checkpoint: starting afresh", s.Out)
+	switch {
+	case s.Fresh: // only now, so that a start that fails keeps the earlier run
+		if err := agrl.ClearRun(s.Out); err != nil {
+			return err
+		}
+	case !resume:
+		if prev != nil {
+			t.say("%s holds an earlier start that stopped before its first checkpoint: starting afresh", s.Out)
+		}
 		if err := t.run.Discard(); err != nil {
 			return err
 		}
@@ -251,8 +265,11 @@ func (t *GRPOTrainer) restoreProgress() error {
 	if err := t.ensureLearner(); err != nil {
 		return err
 	}
-	per := t.cfg.Epochs * t.cfg.Minibatches
-	t.step = t.learner.Steps() / per
+	if info.Stage == StageGRPO {
+		t.step = info.Step // recorded by the checkpoint: right even if Epochs or Minibatches changed
+	} else { // a checkpoint of an older build: the optimizer's count under the current settings
+		t.step = t.learner.Steps() / (t.cfg.Epochs * t.cfg.Minibatches)
+	}
 	for _, m := range r.Metrics {
 		if m.Step() <= t.step {
 			t.history = append(t.history, m)
@@ -388,7 +405,7 @@ func (t *GRPOTrainer) runSFT(ctx context.Context) (agrl.SFTReport, error) {
 	}
 	last, wait := time.Now(), SFTCheckpointEvery
 	after := func(step int) error {
-		t.sftDone = step
+		t.sftDone, t.unsaved = step, true
 		if SFTCheckpointEvery > 0 && time.Since(last) >= wait && step < total {
 			start := time.Now()
 			if err := t.checkpoint(); err != nil {
@@ -549,9 +566,7 @@ func (t *GRPOTrainer) writeSummary(status string) error {
 	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step,
 		Backend: t.policy.BackendConfig(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status}
 	if status != "completed" && status != "warm-started" {
-		if c, ok := newestCheckpoint(t.run.CheckpointDir()); ok {
-			s.Resume = "run the same command to resume from " + c.String()
-		}
+		s.Resume = t.ResumePoint()
 	}
 	return t.run.WriteSummary(s)
 }
@@ -588,8 +603,10 @@ func (t *GRPOTrainer) Train(ctx context.Context) (*TrainResult, error) {
 	case err == nil:
 		res.Summary = *sum
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		if cerr := t.checkpoint(); cerr != nil {
-			err = errors.Join(err, cerr)
+		if t.unsaved {
+			if cerr := t.checkpoint(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
 		}
 		if serr := t.writeSummary("cancelled"); serr != nil {
 			err = errors.Join(err, serr)
@@ -636,8 +653,10 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 			}
 		}
 	}
-	if err := t.checkpoint(); err != nil {
-		return nil, err
+	if t.unsaved { // a resumed run that was already at its last step has nothing new to save
+		if err := t.checkpoint(); err != nil {
+			return nil, err
+		}
 	}
 	final, err := t.evaluateAll(ctx, agrl.LabelFinal, t.step)
 	if err != nil {
@@ -680,6 +699,7 @@ func (t *GRPOTrainer) checkpoint() error {
 	if _, err := t.policy.Save(t.run.CheckpointDir()); err != nil {
 		return fmt.Errorf("agrl: checkpoint at %s: %w", where, err)
 	}
+	t.unsaved = false
 	t.say("checkpoint at %s", where)
 	return nil
 }
@@ -770,7 +790,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		}
 	}
 	updSeconds := time.Since(update).Seconds()
-	t.step = step
+	t.step, t.unsaved = step, true
 
 	// 6. Log: one line of metrics with stable names.
 	m := t.stepMetrics(eps, rewards, roll)

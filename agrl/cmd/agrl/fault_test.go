@@ -134,10 +134,9 @@ func readSummary(t *testing.T, dir string) agrl.Summary {
 // the same run is locked out at once; the same command then resumes the warm start.
 func TestSIGINTDuringSFT(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
-	args := microFlags(out, 300)
+	args := microFlags(out, 3000)
 	c := startCLI(t, args...)
-	c.waitFor(t, "warm start: SFT on")
-	time.Sleep(time.Second) // a few SFT steps
+	c.waitFor(t, "warm start 1/3000 [") // the first SFT step is done (progress: step 1, then every 5%)
 
 	code, _, errOut := runCLI(args...)
 	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("in use by process %d", c.cmd.Process.Pid)) {
@@ -196,13 +195,13 @@ func TestKilledBeforeFirstCheckpoint(t *testing.T) {
 // normally: the watchdog counts running time, not wall time.
 func TestSIGSTOPIsAPause(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
-	args := append(microFlags(out, 20), "--watchdog", "3s") // graph calls here take well under a second
+	args := append(microFlags(out, 20), "--watchdog", "6s") // graph calls here take well under a second
 	c := startCLI(t, args...)
 	c.waitFor(t, "warm start: SFT on")
 	time.Sleep(300 * time.Millisecond)
 	for range 2 { // twice: the stop lands inside a graph call
 		c.signal(t, syscall.SIGSTOP)
-		time.Sleep(4 * time.Second)
+		time.Sleep(7 * time.Second) // longer than the watchdog
 		c.signal(t, syscall.SIGCONT)
 		time.Sleep(200 * time.Millisecond)
 	}

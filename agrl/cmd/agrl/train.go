@@ -296,6 +296,9 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
 				err = cause
 			}
+			if resume == "" {
+				return nil, fmt.Errorf("stopped after %d GRPO steps (%v) before any checkpoint: the same command starts afresh", len(res.History), err)
+			}
 			return nil, fmt.Errorf("stopped after %d GRPO steps (%v); checkpoint saved: %s", len(res.History), err, resume)
 		}
 		if resume != "" {
