@@ -124,12 +124,15 @@ func (w *RunWriter) WriteConfig(config any) error {
 }
 
 // Discard removes what an earlier start left in the run directory (configuration and its
-// history, metrics, evaluations, trajectories, summary) so that a run starts afresh in it. It
+// history, metrics, evaluations, trajectories, summary, report) so that a run starts afresh in it. It
 // keeps the checkpoints directory and files it does not know.
 func (w *RunWriter) Discard() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, name := range []string{RunConfigFile, RunConfigHistoryFile, RunMetricsFile, RunEvalFile, RunSummaryFile, RunTrajectoriesDir} {
+	for name := range runEntries { // what a run writes (fresh.go), less its checkpoints and lock
+		if name == RunCheckpointsDir || name == RunLockFile {
+			continue
+		}
 		if err := os.RemoveAll(filepath.Join(w.dir, name)); err != nil {
 			return fmt.Errorf("agrl: clearing %s: %w", w.dir, err)
 		}
