@@ -37,6 +37,8 @@ type Policy struct {
 	// mark is the progress Save records; loaded the checkpoint the policy came from.
 	mark   checkpointMark
 	loaded CheckpointInfo
+	// wholeBatches turns off cutting batches by length (tests compare both ways).
+	wholeBatches bool
 
 	// mu guards the weights: inference holds it shared, training and saving exclusively.
 	mu sync.RWMutex
@@ -257,15 +259,15 @@ func layerNorm(x, g, b *graph.Node) *graph.Node {
 // layerNormGrad is a node whose value is never used but whose gradient is LayerNorm's.
 func layerNormGrad(x, g, b *graph.Node) *graph.Node {
 	rank := x.Rank()
-	mean := graph.ReduceAndKeep(x, graph.ReduceMean, -1)
+	mean := rowMean(x)
 	xc := graph.Sub(x, mean)
-	r := graph.Rsqrt(graph.AddScalar(graph.ReduceAndKeep(graph.Square(xc), graph.ReduceMean, -1), lnEps))
+	r := graph.Rsqrt(graph.AddScalar(rowMean(graph.Square(xc)), lnEps))
 	xhat := graph.StopGradient(graph.Mul(xc, r))
 	gE := graph.ExpandLeftToRank(g, rank)
 	dx := graph.IdentityWithCustomGradient(x, func(_, v *graph.Node) *graph.Node {
 		dxhat := graph.Mul(v, gE)
-		m1 := graph.ReduceAndKeep(dxhat, graph.ReduceMean, -1)
-		m2 := graph.ReduceAndKeep(graph.Mul(dxhat, xhat), graph.ReduceMean, -1)
+		m1 := rowMean(dxhat)
+		m2 := rowMean(graph.Mul(dxhat, xhat))
 		return graph.Mul(graph.Sub(graph.Sub(dxhat, m1), graph.Mul(xhat, m2)), r)
 	})
 	// The gain and bias get their gradients Σ v·x̂ and Σ v through these terms. They are
@@ -279,6 +281,22 @@ func layerNormGrad(x, g, b *graph.Node) *graph.Node {
 		return graph.Reshape(graph.DotGeneral(ones, []int{1}, nil, graph.Reshape(p, 1, d), []int{0}, nil), dims...)
 	}
 	return graph.Add(graph.Add(dx, graph.Mul(xhat, rows(g))), rows(b))
+}
+
+// rowSum sums the last axis of x, keeping it with size 1: [..., d] -> [..., 1]. It is a
+// product with a column of ones: the go backend's reductions walk an index iterator per
+// element (a [384, 128] sum took 190 µs), its matrix products do not (docs/performance.md).
+func rowSum(x *graph.Node) *graph.Node {
+	dims := x.Shape().Dimensions
+	d := dims[len(dims)-1]
+	ones := graph.Ones(x.Graph(), shapes.Make(x.DType(), 1, d))
+	s := graph.DotGeneral(graph.Reshape(x, x.Shape().Size()/d, d), []int{1}, nil, ones, []int{1}, nil) // [N, 1]
+	return graph.Reshape(s, append(slices.Clone(dims[:len(dims)-1]), 1)...)
+}
+
+// rowMean is the mean over the last axis of x, kept with size 1 (see rowSum).
+func rowMean(x *graph.Node) *graph.Node {
+	return graph.MulScalar(rowSum(x), 1/float64(x.Shape().Dimensions[x.Rank()-1]))
 }
 
 // matmul multiplies the last axis of x [..., in] by w [in, out] (no bias: like LLaMA, the
@@ -345,21 +363,27 @@ func (c arch) forward(w *weights, tokens *graph.Node) *graph.Node {
 	t := tokens.Shape().Dimensions[1]
 	hd := c.Width / c.Heads
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1)) // [B, T, d]
-	var cos, sin *graph.Node                                 // RoPE rotations [1, T, hd]
+	// The RoPE rotations and the causal mask are constants of the batch's full shape, so that
+	// every product and sum with them takes the go backend's same-shape loop (one of a smaller
+	// shape goes through its broadcasting iterator, several times slower), also in the
+	// backward pass.
+	b := tokens.Shape().Dimensions[0]
+	var cos, sin *graph.Node // RoPE rotations [B, T, hd]
 	if c.Positions == agrl.Learned {
 		x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
 	} else {
-		cos = graph.InsertAxes(graph.Slice(w.cos, graph.AxisRange(0, t)), 0)
-		sin = graph.InsertAxes(graph.Slice(w.sin, graph.AxisRange(0, t)), 0)
+		cs, sn := c.ropeHost(t)
+		cos = graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(cs, b), b, t, hd))
+		sin = graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(sn, b), b, t, hd))
 	}
-	// Causal mask as an additive bias [1, T, T]: 0 where key j <= query i, else maskedLogit.
+	// Causal mask as an additive bias [B, T, T]: 0 where key j <= query i, else maskedLogit.
 	bias := make([]float32, t*t)
 	for i := range t {
 		for j := i + 1; j < t; j++ {
 			bias[i*t+j] = maskedLogit
 		}
 	}
-	causal := graph.Const(g, tensors.FromFlatDataAndDimensions(bias, 1, t, t))
+	causal := graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(bias, b), b, t, t))
 	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
 	// Heads are computed one at a time from column blocks of the projections (and row blocks
 	// of the output projection), so that every tensor stays [B, T, ·]: splitting and merging
@@ -378,9 +402,12 @@ func (c arch) forward(w *weights, tokens *graph.Node) *graph.Node {
 			if cos != nil {
 				q, k = rope(q, cos, sin), rope(k, cos, sin)
 			}
-			sc := graph.Add(graph.Einsum("bqd,bkd->bqk", q, k), causal) // [B, T, T]
-			a := graph.Einsum("bqk,bkd->bqd", softmax(sc), v)           // [B, T, hd]
-			o := matmul(a, graph.Slice(lw.outW, cols, all))             // [B, T, d]
+			// q·kᵀ with kᵀ made explicit: the backend multiplies 2× faster when the rhs
+			// contracts its first axis (docs/performance.md).
+			kT := graph.TransposeAllAxes(k, 0, 2, 1)                                                 // [B, hd, T]
+			sc := graph.Add(graph.DotGeneral(q, []int{2}, []int{0}, kT, []int{1}, []int{0}), causal) // [B, T, T]
+			a := graph.Einsum("bqk,bkd->bqd", softmax(sc), v)                                        // [B, T, hd]
+			o := matmul(a, graph.Slice(lw.outW, cols, all))                                          // [B, T, d]
 			if att == nil {
 				att = o
 			} else {
@@ -403,8 +430,8 @@ func (c arch) tokenStats(w *weights, tokens, invT *graph.Node) (logp, entropy, t
 	lp := c.outputLogProbs(w, graph.Slice(x, graph.AxisRange(), graph.AxisRange(0, t-1)), invT) // [B, T-1, V]
 	targets := graph.Slice(tokens, graph.AxisRange(), graph.AxisRange(1, t))                    // [B, T-1]
 	onehot := graph.OneHot(targets, c.Vocab(), dtypes.Float32)                                  // [B, T-1, V]
-	logp = graph.ReduceSum(graph.Mul(lp, onehot), -1)                                           // [B, T-1]
-	entropy = graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1))                      // [B, T-1]
+	logp = graph.Squeeze(rowSum(graph.Mul(lp, onehot)), -1)                                     // [B, T-1]
+	entropy = graph.Neg(graph.Squeeze(rowSum(graph.Mul(graph.Exp(lp), lp)), -1))                // [B, T-1]
 	best := graph.StopGradient(graph.ReduceMax(lp, -1))                                         // [B, T-1]
 	top1 = graph.ConvertDType(graph.GreaterOrEqual(graph.StopGradient(logp), best), dtypes.Float32)
 	return logp, entropy, top1
@@ -473,21 +500,28 @@ func (c arch) extend(w *weights, tokens, start, count, invT *graph.Node, caches 
 	return c.outputLogProbs(w, xLast, invT), out                                            // [B, V]
 }
 
-// ropeTables returns RoPE's cos and sin tables [context, hd] as constants: column i and
-// i+hd/2 rotate together by angle pos·θ^(−2i/hd).
+// ropeTables returns RoPE's cos and sin tables [context, hd] as constants (see ropeHost).
 func (c arch) ropeTables(g *graph.Graph) (cos, sin *graph.Node) {
 	hd := c.Width / c.Heads
+	cs, sn := c.ropeHost(c.Context)
+	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, c.Context, hd)),
+		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, c.Context, hd))
+}
+
+// ropeHost returns RoPE's cos and sin for positions 0..n-1, [n, hd] row-major: column i and
+// i+hd/2 rotate together by angle pos·θ^(−2i/hd).
+func (c arch) ropeHost(n int) (cos, sin []float32) {
+	hd := c.Width / c.Heads
 	half := hd / 2
-	cs, sn := make([]float32, c.Context*hd), make([]float32, c.Context*hd)
-	for p := range c.Context {
+	cs, sn := make([]float32, n*hd), make([]float32, n*hd)
+	for p := range n {
 		for i := range half {
 			a := float64(p) * math.Pow(ropeBase, -2*float64(i)/float64(hd))
 			cs[p*hd+i], cs[p*hd+i+half] = float32(math.Cos(a)), float32(math.Cos(a))
 			sn[p*hd+i], sn[p*hd+i+half] = float32(math.Sin(a)), float32(math.Sin(a))
 		}
 	}
-	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, c.Context, hd)),
-		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, c.Context, hd))
+	return cs, sn
 }
 
 // rope rotates x [N, T, hd] by position: x·cos + rotate_half(x)·sin, where rotate_half swaps
@@ -547,7 +581,7 @@ func softmax(s *graph.Node) *graph.Node {
 		func() *graph.Node {
 			return graph.IdentityWithCustomGradient(s, func(_, v *graph.Node) *graph.Node {
 				pv := graph.Mul(p, v)
-				return graph.Sub(pv, graph.Mul(p, graph.ReduceAndKeep(pv, graph.ReduceSum, -1)))
+				return graph.Sub(pv, graph.Mul(p, rowSum(pv)))
 			})
 		}, true)
 	if !fused {

@@ -204,40 +204,42 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	defer p.mu.RUnlock()
 	out := make([]TokenScores, len(seqs))
 	invT := invTemperature(temperature)
-	// Chunks of scoreChunk sequences, each split into shards scored concurrently.
-	var chunks [][2]int
-	for lo := 0; lo < len(seqs); lo += scoreChunk {
-		hi := min(lo+scoreChunk, len(seqs))
-		shards := max(1, min(p.shards(), (hi-lo)/minShardBatch))
-		for k := range shards {
-			chunks = append(chunks, [2]int{lo + k*(hi-lo)/shards, lo + (k+1)*(hi-lo)/shards})
-		}
+	// Pieces of sequences of similar length, at most scoreChunk each, scored concurrently.
+	lens := make([]int, len(seqs))
+	for i, s := range seqs {
+		lens[i] = len(s)
 	}
-	for c := 0; c < len(chunks); c += p.shards() {
-		group := chunks[c:min(c+p.shards(), len(chunks))]
-		args := make([][]any, len(group))
-		for k, ch := range group {
-			tok, _ := p.padBatch(seqs[ch[0]:ch[1]])
-			args[k] = []any{tok, invT}
+	plan := planPieces(lens, p.shards(), scoreChunk, p.arch.Context, p.splitsPieces())
+	args := make([][]any, len(plan.pieces))
+	for k, piece := range plan.pieces {
+		batch := make([][]int32, len(piece))
+		for i, j := range piece {
+			batch[i] = seqs[j]
 		}
-		results, err := runShards(p.scoreExec, args)
-		if err != nil {
-			return nil, fmt.Errorf("agrl: Score: %w", err)
-		}
-		for k, res := range results {
-			logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
-			tm1 := res[0].Shape().Dimensions[1]
-			lo, hi := group[k][0], group[k][1]
-			for i, s := range seqs[lo:hi] {
-				n := len(s) - 1
-				out[lo+i] = TokenScores{
-					LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
-					Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
-				}
-			}
+		tok, _ := p.padBatch(batch)
+		args[k] = []any{tok, invT}
+	}
+	results, err := runPieces(p.scoreExec, args, plan)
+	if err != nil {
+		for _, res := range results {
 			for _, r := range res {
 				_ = r.FinalizeAll()
 			}
+		}
+		return nil, fmt.Errorf("agrl: Score: %w", err)
+	}
+	for k, res := range results {
+		logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
+		tm1 := res[0].Shape().Dimensions[1]
+		for i, j := range plan.pieces[k] {
+			n := len(seqs[j]) - 1
+			out[j] = TokenScores{
+				LogProbs: append([]float32(nil), logp[i*tm1:i*tm1+n]...),
+				Entropy:  append([]float32(nil), ent[i*tm1:i*tm1+n]...),
+			}
+		}
+		for _, r := range res {
+			_ = r.FinalizeAll()
 		}
 	}
 	return out, nil

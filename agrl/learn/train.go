@@ -243,7 +243,7 @@ func (t *Trainer) evalGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	return append([]*graph.Node{loss}, metrics...)
 }
 
-// updateGraph adds up the shards' gradients (inputs: lr, then shards × weights gradients),
+// updateGraph adds up the pieces' gradients (inputs: lr, then pieces × weights gradients),
 // applies AdamW and returns the global gradient norm before clipping.
 func (t *Trainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	p, o := t.p, t.opt.Spec()
@@ -325,9 +325,10 @@ func (t *Trainer) validate(b TrainBatch) error {
 	return nil
 }
 
-// shardArgs splits a validated batch into shards and returns each shard's graph inputs:
-// tokens, the per-token values and the whole-batch value sums; and the batch's target count.
-func (t *Trainer) shardArgs(b TrainBatch) ([][]any, int) {
+// pieceArgs cuts a validated batch into pieces (see planPieces) and returns each piece's graph
+// inputs: tokens, the per-token values and the whole-batch value sums; the plan; and the
+// batch's target count.
+func (t *Trainer) pieceArgs(b TrainBatch) ([][]any, piecePlan, int) {
 	sums := make([]float32, len(t.values))
 	for k, name := range t.values {
 		for _, row := range b.Values[name] {
@@ -337,46 +338,38 @@ func (t *Trainer) shardArgs(b TrainBatch) ([][]any, int) {
 		}
 	}
 	n := 0
-	for _, s := range b.Tokens {
+	lens := make([]int, len(b.Tokens))
+	for i, s := range b.Tokens {
 		n += len(s) - 1
+		lens[i] = len(s)
 	}
-	shards := min(t.shards, len(b.Tokens))
-	var out [][]any
-	for s := range shards {
-		lo, hi := s*len(b.Tokens)/shards, (s+1)*len(b.Tokens)/shards
-		tok, tl := t.p.padBatch(b.Tokens[lo:hi])
+	plan := planPieces(lens, t.shards, maxPieceRows, t.p.arch.Context, t.p.splitsPieces())
+	out := make([][]any, len(plan.pieces))
+	for k, piece := range plan.pieces {
+		seqs := make([][]int32, len(piece))
+		for i, j := range piece {
+			seqs[i] = b.Tokens[j]
+		}
+		tok, tl := t.p.padBatch(seqs)
 		bsz := tok.Shape().Dimensions[0]
 		args := []any{tok}
 		for _, name := range t.values {
 			flat := make([]float32, bsz*tl)
-			for i, row := range b.Values[name][lo:hi] {
-				copy(flat[i*tl:], row)
+			for i, j := range piece {
+				copy(flat[i*tl:], b.Values[name][j])
 			}
 			args = append(args, tensors.FromFlatDataAndDimensions(flat, bsz, tl))
 		}
 		for _, v := range sums {
 			args = append(args, v)
 		}
-		out = append(out, args)
+		out[k] = args
 	}
-	return out, n
+	return out, plan, n
 }
 
-// runShards calls e on every shard concurrently.
-func runShards(e *model.Exec, shards [][]any) ([][]*tensors.Tensor, error) {
-	outs := make([][]*tensors.Tensor, len(shards))
-	errs := make([]error, len(shards))
-	var wg sync.WaitGroup
-	for i, args := range shards {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = call(e, args...)
-		}()
-	}
-	wg.Wait()
-	return outs, errors.Join(errs...)
-}
+// maxPieceRows is the most sequences one training graph call holds.
+const maxPieceRows = 64
 
 // ensureExecs builds the trainer's executors on first use.
 func (t *Trainer) ensureExecs() error {
@@ -405,13 +398,13 @@ func (t *Trainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if err := t.validate(b); err != nil {
 		return agrl.StepStats{}, err
 	}
-	shards, n := t.shardArgs(b)
+	pieces, plan, n := t.pieceArgs(b)
 	t.p.mu.Lock()
 	defer t.p.mu.Unlock()
 	if err := t.ensureExecs(); err != nil {
 		return agrl.StepStats{}, err
 	}
-	outs, err := runShards(t.gradExec, shards)
+	outs, err := runPieces(t.gradExec, pieces, plan)
 	if err != nil {
 		return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
 	}
@@ -448,7 +441,7 @@ func (t *Trainer) Eval(b TrainBatch) (agrl.StepStats, error) {
 	if err := t.validate(b); err != nil {
 		return agrl.StepStats{}, err
 	}
-	shards, n := t.shardArgs(b)
+	pieces, plan, n := t.pieceArgs(b)
 	t.p.mu.RLock()
 	defer t.p.mu.RUnlock()
 	t.p.execMu.Lock()
@@ -457,7 +450,7 @@ func (t *Trainer) Eval(b TrainBatch) (agrl.StepStats, error) {
 	if err != nil {
 		return agrl.StepStats{}, err
 	}
-	outs, err := runShards(t.evalExec, shards)
+	outs, err := runPieces(t.evalExec, pieces, plan)
 	if err != nil {
 		return agrl.StepStats{}, fmt.Errorf("agrl: eval: %w", err)
 	}

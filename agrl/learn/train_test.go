@@ -127,8 +127,11 @@ func TestTrainerValidation(t *testing.T) {
 func TestShardedStepMatchesUnsharded(t *testing.T) {
 	var ws []map[string][]float32
 	var stats []agrl.StepStats
-	for _, shards := range []int{1, 2, 3} {
+	// 1 shard of the whole batch padded to its longest sequence, then 1, 2 and 3 workers
+	// running pieces cut by length.
+	for i, shards := range []int{1, 1, 2, 3} {
 		p := MustNewPolicy(testLM().Seed(8).Shards(shards))
+		p.wholeBatches = i == 0
 		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
 		if err != nil {
 			t.Fatal(err)
@@ -141,13 +144,13 @@ func TestShardedStepMatchesUnsharded(t *testing.T) {
 	}
 	for i := 1; i < len(ws); i++ {
 		if d := maxDiff(ws[0], ws[i]); d > 1e-4 { // Adam's first step is ≈ lr·sign(g): tiny gradients may round either way
-			t.Errorf("shards %d: weights differ from one shard by %g", i+1, d)
+			t.Errorf("case %d: weights differ from one whole batch by %g", i, d)
 		}
 		if d := math.Abs(stats[0].Loss - stats[i].Loss); d > 1e-5 {
-			t.Errorf("shards %d: loss %v vs %v", i+1, stats[i].Loss, stats[0].Loss)
+			t.Errorf("case %d: loss %v vs %v", i, stats[i].Loss, stats[0].Loss)
 		}
 		if stats[0].Metrics["tokens"] != stats[i].Metrics["tokens"] || math.Abs(stats[0].Metrics["accuracy"]-stats[i].Metrics["accuracy"]) > 1e-6 {
-			t.Errorf("shards %d: metrics %v vs %v", i+1, stats[i].Metrics, stats[0].Metrics)
+			t.Errorf("case %d: metrics %v vs %v", i, stats[i].Metrics, stats[0].Metrics)
 		}
 	}
 }

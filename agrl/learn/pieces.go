@@ -1,0 +1,150 @@
+package learn
+
+import (
+	"errors"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// A batch of sequences of mixed lengths is computed in pieces: the sequences are sorted by
+// length and cut into runs of similar length, each padded only to its own length bucket, and
+// the pieces are spread over the workers (one per core on the go backend) that run them
+// concurrently. Padding the whole batch to its longest sequence made half of the calc warm
+// start's positions padding (docs/performance.md); the sum over pieces of the per-piece sums
+// is the whole batch's, so losses and gradients are unchanged up to float rounding.
+
+// pieceOverhead is the fixed cost of one graph call in units of token positions (measured on
+// the go backend: a training call on a handful of rows costs about as much as this many more
+// positions), so that the plan does not cut a batch into many tiny pieces.
+const pieceOverhead = 96
+
+// piecePlan is how a batch is cut: pieces[k] lists the indices of the batch's sequences that
+// piece k holds (sorted by length, shortest first), and workers[w] the pieces worker w runs,
+// in order.
+type piecePlan struct {
+	pieces  [][]int
+	workers [][]int
+}
+
+// planPieces cuts a batch of sequences with the given lengths into pieces for the given number
+// of workers. A piece holds at most maxRows sequences. With split false (backends that pay
+// little for padding, or whose graph calls cost more) it cuts the batch in order into the
+// fewest equal pieces that fit maxRows, at least one per worker.
+func planPieces(lens []int, workers, maxRows, context int, split bool) piecePlan {
+	n := len(lens)
+	workers = max(1, min(workers, n))
+	if !split {
+		var plan piecePlan
+		count := max(workers, (n+maxRows-1)/maxRows)
+		plan.workers = make([][]int, min(workers, count))
+		for k := range count {
+			lo, hi := k*n/count, (k+1)*n/count
+			idx := make([]int, 0, hi-lo)
+			for i := lo; i < hi; i++ {
+				idx = append(idx, i)
+			}
+			plan.pieces = append(plan.pieces, idx)
+			plan.workers[k%len(plan.workers)] = append(plan.workers[k%len(plan.workers)], k)
+		}
+		return plan
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lens[order[a]] < lens[order[b]] })
+	// No piece may hold more than its worker's share of the batch, so that every worker has
+	// work even when all lengths are alike.
+	rows := min(maxRows, bucketBatch((n+workers-1)/workers))
+	rows = max(rows, 1)
+	// cost[i]: the cheapest cut of the i shortest sequences; from[i] where its last piece starts.
+	cost := make([]int, n+1)
+	from := make([]int, n+1)
+	for i := 1; i <= n; i++ {
+		cost[i] = -1
+		longest := bucketLen(lens[order[i-1]], context)
+		for j := i - 1; j >= 0 && i-j <= rows; j-- {
+			c := cost[j] + bucketBatch(i-j)*longest + pieceOverhead
+			if cost[i] < 0 || c < cost[i] {
+				cost[i], from[i] = c, j
+			}
+		}
+	}
+	var plan piecePlan
+	var pieceCost []int
+	for i := n; i > 0; i = from[i] {
+		j := from[i]
+		plan.pieces = append(plan.pieces, slices.Clone(order[j:i]))
+		pieceCost = append(pieceCost, bucketBatch(i-j)*bucketLen(lens[order[i-1]], context)+pieceOverhead)
+	}
+	slices.Reverse(plan.pieces)
+	slices.Reverse(pieceCost)
+	// Longest processing time first: each piece, costliest first, goes to the least loaded
+	// worker (ties: the lower index, so plans are deterministic).
+	byCost := make([]int, len(plan.pieces))
+	for k := range byCost {
+		byCost[k] = k
+	}
+	sort.SliceStable(byCost, func(a, b int) bool { return pieceCost[byCost[a]] > pieceCost[byCost[b]] })
+	load := make([]int, workers)
+	plan.workers = make([][]int, workers)
+	for _, k := range byCost {
+		w := 0
+		for v := range load {
+			if load[v] < load[w] {
+				w = v
+			}
+		}
+		load[w] += pieceCost[k]
+		plan.workers[w] = append(plan.workers[w], k)
+	}
+	for w := range plan.workers {
+		sort.Ints(plan.workers[w])
+	}
+	for len(plan.workers) > 0 && len(plan.workers[len(plan.workers)-1]) == 0 {
+		plan.workers = plan.workers[:len(plan.workers)-1]
+	}
+	return plan
+}
+
+// positions returns the padded token positions the plan computes (for tests and docs).
+func (pl piecePlan) positions(lens []int, context int) int {
+	total := 0
+	for _, piece := range pl.pieces {
+		longest := 0
+		for _, i := range piece {
+			longest = max(longest, lens[i])
+		}
+		total += bucketBatch(len(piece)) * bucketLen(longest, context)
+	}
+	return total
+}
+
+// runPieces calls e on the arguments of every piece, each worker of the plan running its
+// pieces in order, the workers concurrently. outs[k] are piece k's outputs.
+func runPieces(e *model.Exec, args [][]any, plan piecePlan) ([][]*tensors.Tensor, error) {
+	outs := make([][]*tensors.Tensor, len(args))
+	errs := make([]error, len(args))
+	var wg sync.WaitGroup
+	for _, ks := range plan.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, k := range ks {
+				if outs[k], errs[k] = call(e, args[k]...); errs[k] != nil {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return outs, errors.Join(errs...)
+}
+
+// splitsPieces reports whether batches are cut by length (the go backend, where every padded
+// position costs its full compute and a graph call little).
+func (p *Policy) splitsPieces() bool { return p.backend.String() == "go" && !p.wholeBatches }

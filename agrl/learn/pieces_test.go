@@ -1,0 +1,76 @@
+package learn
+
+import (
+	"slices"
+	"testing"
+)
+
+// checkPlan checks that a plan covers every sequence exactly once, within maxRows a piece,
+// shortest first within a piece, and that every worker has work.
+func checkPlan(t *testing.T, lens []int, plan piecePlan, maxRows int) {
+	t.Helper()
+	seen := make([]int, len(lens))
+	for _, piece := range plan.pieces {
+		if len(piece) == 0 || len(piece) > maxRows {
+			t.Fatalf("piece of %d sequences (max %d): %v", len(piece), maxRows, plan.pieces)
+		}
+		for i, j := range piece {
+			seen[j]++
+			if i > 0 && lens[piece[i-1]] > lens[j] {
+				t.Fatalf("piece not sorted by length: %v", piece)
+			}
+		}
+	}
+	for j, n := range seen {
+		if n != 1 {
+			t.Fatalf("sequence %d in %d pieces", j, n)
+		}
+	}
+	var ran []int
+	for w, ks := range plan.workers {
+		if len(ks) == 0 {
+			t.Fatalf("worker %d has no piece", w)
+		}
+		ran = append(ran, ks...)
+	}
+	slices.Sort(ran)
+	for k := range plan.pieces {
+		if k >= len(ran) || ran[k] != k {
+			t.Fatalf("pieces run %v, want each of %d once", ran, len(plan.pieces))
+		}
+	}
+}
+
+func TestPlanPieces(t *testing.T) {
+	// 32 lengths spread like the calc warm start's demonstrations (mean ≈ 40, max 74).
+	lens := []int{22, 74, 31, 36, 28, 45, 62, 33, 25, 38, 51, 29, 36, 41, 66, 24,
+		35, 30, 58, 27, 39, 34, 47, 23, 36, 70, 26, 32, 43, 37, 55, 31}
+	plan := planPieces(lens, 2, 64, 512, true)
+	checkPlan(t, lens, plan, 16)
+	whole := bucketBatch(16) * bucketLen(74, 512) * 2 // two shards padded to the longest
+	got := plan.positions(lens, 512)
+	if got*10 > whole*7 {
+		t.Errorf("pieces compute %d positions, the whole batch %d: want at least 30%% fewer", got, whole)
+	}
+	if len(plan.workers) != 2 {
+		t.Errorf("%d workers used, want 2", len(plan.workers))
+	}
+
+	// All lengths alike: both workers still get half of the batch.
+	same := slices.Repeat([]int{40}, 32)
+	plan = planPieces(same, 2, 64, 512, true)
+	checkPlan(t, same, plan, 16)
+	if len(plan.workers) != 2 {
+		t.Errorf("equal lengths: %d workers used, want 2", len(plan.workers))
+	}
+
+	// One sequence, more workers than sequences.
+	plan = planPieces([]int{9}, 4, 64, 512, true)
+	checkPlan(t, []int{9}, plan, 1)
+
+	// Without splitting: contiguous pieces in batch order, at most maxRows each.
+	plan = planPieces(slices.Repeat([]int{40}, 100), 1, 64, 512, false)
+	if len(plan.pieces) != 2 || plan.pieces[0][0] != 0 || plan.pieces[1][0] != 50 || len(plan.workers) != 1 {
+		t.Errorf("unsplit plan %v / %v", len(plan.pieces), plan.workers)
+	}
+}
