@@ -58,15 +58,32 @@ func planPieces(lens []int, workers, maxRows, context int, split bool) piecePlan
 	}
 	sort.SliceStable(order, func(a, b int) bool { return lens[order[a]] < lens[order[b]] })
 	// No piece may hold more than its worker's share of the batch, so that every worker has
-	// work even when all lengths are alike.
-	rows := min(maxRows, bucketBatch((n+workers-1)/workers))
-	rows = max(rows, 1)
+	// work even when all lengths are alike. Smaller caps cut finer, which balances the workers
+	// better at the cost of more graph calls: the plan whose busiest worker has the least to
+	// do wins.
+	share := max(1, min(maxRows, bucketBatch((n+workers-1)/workers)))
+	var best piecePlan
+	bestLoad := -1
+	for rows := share; rows >= 1 && rows*4 >= share; rows /= 2 {
+		plan, load := cutPieces(lens, order, workers, rows, context)
+		if bestLoad < 0 || load < bestLoad {
+			best, bestLoad = plan, load
+		}
+	}
+	return best
+}
+
+// cutPieces cuts the sequences, sorted by length in order, into runs of at most rows
+// sequences with the least total cost (padded positions plus pieceOverhead a piece), spreads
+// them over the workers and returns the plan with the cost of its busiest worker.
+func cutPieces(lens, order []int, workers, rows, context int) (piecePlan, int) {
+	n := len(order)
 	// cost[i]: the cheapest cut of the i shortest sequences; from[i] where its last piece starts.
 	cost := make([]int, n+1)
 	from := make([]int, n+1)
 	for i := 1; i <= n; i++ {
 		cost[i] = -1
-		longest := bucketLen(lens[order[i-1]], context)
+		longest := padLen(lens[order[i-1]], context)
 		for j := i - 1; j >= 0 && i-j <= rows; j-- {
 			c := cost[j] + bucketBatch(i-j)*longest + pieceOverhead
 			if cost[i] < 0 || c < cost[i] {
@@ -79,7 +96,7 @@ func planPieces(lens []int, workers, maxRows, context int, split bool) piecePlan
 	for i := n; i > 0; i = from[i] {
 		j := from[i]
 		plan.pieces = append(plan.pieces, slices.Clone(order[j:i]))
-		pieceCost = append(pieceCost, bucketBatch(i-j)*bucketLen(lens[order[i-1]], context)+pieceOverhead)
+		pieceCost = append(pieceCost, bucketBatch(i-j)*padLen(lens[order[i-1]], context)+pieceOverhead)
 	}
 	slices.Reverse(plan.pieces)
 	slices.Reverse(pieceCost)
@@ -108,7 +125,7 @@ func planPieces(lens []int, workers, maxRows, context int, split bool) piecePlan
 	for len(plan.workers) > 0 && len(plan.workers[len(plan.workers)-1]) == 0 {
 		plan.workers = plan.workers[:len(plan.workers)-1]
 	}
-	return plan
+	return plan, slices.Max(load)
 }
 
 // positions returns the padded token positions the plan computes (for tests and docs).
@@ -119,7 +136,7 @@ func (pl piecePlan) positions(lens []int, context int) int {
 		for _, i := range piece {
 			longest = max(longest, lens[i])
 		}
-		total += bucketBatch(len(piece)) * bucketLen(longest, context)
+		total += bucketBatch(len(piece)) * padLen(longest, context)
 	}
 	return total
 }

@@ -30,6 +30,21 @@ func bucketLen(n, max int) int {
 	return max
 }
 
+// padLenBuckets are the finer lengths whole sequences are padded to for scoring and training
+// (padBatch): a few dozen compiled shapes, each reused over thousands of steps, against a
+// third less padding (the calc warm start's batches: docs/performance.md).
+var padLenBuckets = []int{16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 144, 160, 176, 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096}
+
+// padLen rounds n up to a padLenBuckets length, at most max (n must be <= max).
+func padLen(n, max int) int {
+	for _, b := range padLenBuckets {
+		if b >= n {
+			return min(b, max)
+		}
+	}
+	return max
+}
+
 // bucketBatch rounds a batch size up to a power of two.
 func bucketBatch(n int) int {
 	b := 1
@@ -275,14 +290,14 @@ func (p *Policy) checkSeqs(seqs [][]int32) error {
 	return nil
 }
 
-// padBatch packs sequences into a [bucketBatch(n), bucketLen(maxLen)] int32 tensor padded with
+// padBatch packs sequences into a [bucketBatch(n), padLen(maxLen)] int32 tensor padded with
 // PAD (padding rows are all PAD). It returns the tensor and the padded length.
 func (p *Policy) padBatch(seqs [][]int32) (*tensors.Tensor, int) {
 	maxLen := 0
 	for _, s := range seqs {
 		maxLen = max(maxLen, len(s))
 	}
-	b, t := bucketBatch(len(seqs)), bucketLen(maxLen, p.arch.Context)
+	b, t := bucketBatch(len(seqs)), padLen(maxLen, p.arch.Context)
 	flat := make([]int32, b*t)
 	for i, s := range seqs {
 		copy(flat[i*t:], s)
