@@ -21,11 +21,23 @@ import (
 // multiply-add plus attention over the visible keys; a training step counts 3× the forward
 // pass) and that as a fraction of this CPU's fp32 peak.
 
-// cpuPeakGFLOPs is the fp32 peak of the 2-core Zen 5 machine the project runs on: 2 cores ×
-// 3.45 GHz (the all-core AVX-512 clock) × 2 FMA pipes × 16 fp32 lanes × 2 FLOPs per FMA =
-// 441.6 GFLOP/s, which a hand-written AVX-512 FMA loop reaches (430–440 GFLOP/s measured on
-// that machine; see docs/performance.md). Override with -peak when benchmarking elsewhere.
-const cpuPeakGFLOPs = 441.6
+// cpuPeak is this CPU's fp32 peak, measured once per process (measureFMAPeak: FMA loops on
+// every core at once; 0 without GOEXPERIMENT=simd on amd64). The 2-core AMD EPYC (Zen 5) measures
+// about 430–440 GFLOP/s: 2 cores × 3.45 GHz × 2 FMA pipes × 16 lanes × 2 FLOPs.
+var cpuPeak = sync.OnceValues(measureFMAPeak)
+
+// BenchmarkFMAPeak reports the measured fp32 peak of this CPU (GFLOP/s over every core), the
+// denominator of the other benchmarks' "%peak".
+func BenchmarkFMAPeak(b *testing.B) {
+	var g float64
+	for range b.N {
+		g, _ = measureFMAPeak()
+	}
+	if g == 0 {
+		b.Skip("needs GOEXPERIMENT=simd on amd64")
+	}
+	b.ReportMetric(g, "GFLOP/s")
+}
 
 // benchLM is the Tiny benchmark shape with a 64-token vocabulary (12 reserved + 52 bytes).
 func benchLM() agrl.LM {
@@ -53,8 +65,8 @@ func reportThroughput(b *testing.B, p *Policy, tokens int, flops float64, cpu ti
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(tokens)/sec, "tokens/s")
 	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
-	if p.Backend().String() == "go" { // the peak is this CPU's
-		b.ReportMetric(flops/sec/1e9/cpuPeakGFLOPs*100, "%peak")
+	if peak, _ := cpuPeak(); peak > 0 && p.Backend().String() == "go" { // the peak is this CPU's
+		b.ReportMetric(flops/sec/1e9/peak*100, "%peak")
 	}
 }
 

@@ -363,27 +363,41 @@ func (c arch) forward(w *weights, tokens *graph.Node) *graph.Node {
 	t := tokens.Shape().Dimensions[1]
 	hd := c.Width / c.Heads
 	x := graph.Gather(w.embed, graph.InsertAxes(tokens, -1)) // [B, T, d]
-	// The RoPE rotations and the causal mask are constants of the batch's full shape, so that
-	// every product and sum with them takes the go backend's same-shape loop (one of a smaller
-	// shape goes through its broadcasting iterator, several times slower), also in the
-	// backward pass.
+	// A row may hold several sequences back to back (packed training batches, see packRows):
+	// each BOS starts a new one, whose tokens attend only to earlier tokens of the same
+	// sequence and count their positions from its BOS. A row holding one sequence (and
+	// padding) gets the plain causal mask and positions 0..T-1, so scoring and sampling agree
+	// exactly. The mask, and the RoPE rotations gathered per token, have the batch's full
+	// shape, so that every product and sum with them takes the go backend's same-shape loop
+	// (an operand of a smaller shape goes through its broadcasting iterator, several times
+	// slower), also in the backward pass.
 	b := tokens.Shape().Dimensions[0]
-	var cos, sin *graph.Node // RoPE rotations [B, T, hd]
-	if c.Positions == agrl.Learned {
-		x = graph.Add(x, graph.InsertAxes(graph.Slice(w.pos, graph.AxisRange(0, t)), 0)) // + pos[:T]
-	} else {
-		cs, sn := c.ropeHost(t)
-		cos = graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(cs, b), b, t, hd))
-		sin = graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(sn, b), b, t, hd))
-	}
-	// Causal mask as an additive bias [B, T, T]: 0 where key j <= query i, else maskedLogit.
-	bias := make([]float32, t*t)
+	f32 := func(x *graph.Node) *graph.Node { return graph.ConvertDType(x, dtypes.Float32) }
+	isBOS := f32(graph.Equal(tokens, graph.Const(g, agrl.BOS))) // [B, T]
+	upper := make([]float32, t*t)                               // upper[i, j] = 1 for i <= j
+	lower := make([]float32, t*t)                               // lower[i, j] = 1 for j <= i
 	for i := range t {
-		for j := i + 1; j < t; j++ {
-			bias[i*t+j] = maskedLogit
+		for j := range t {
+			if i <= j {
+				upper[i*t+j] = 1
+			}
+			if j <= i {
+				lower[i*t+j] = 1
+			}
 		}
 	}
-	causal := graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(bias, b), b, t, t))
+	seg := graph.DotGeneral(isBOS, []int{1}, nil, graph.Const(g, tensors.FromFlatDataAndDimensions(upper, t, t)), []int{0}, nil) // [B, T]: BOS count so far
+	same := graph.Equal(graph.BroadcastToDims(graph.InsertAxes(seg, -1), b, t, t), graph.BroadcastToDims(graph.InsertAxes(seg, 1), b, t, t))
+	causalRows := graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Repeat(lower, b), b, t, t))
+	visible := graph.Mul(f32(same), causalRows)                                   // [B, T, T]: 1 where query i sees key j
+	causal := graph.MulScalar(graph.OneMinus(visible), maskedLogit)               // additive bias: 0 or maskedLogit
+	pos := graph.ConvertDType(graph.AddScalar(rowSum(visible), -1), dtypes.Int32) // [B, T, 1]: position in its sequence
+	var cos, sin *graph.Node                                                      // RoPE rotations [B, T, hd]
+	if c.Positions == agrl.Learned {
+		x = graph.Add(x, graph.Gather(w.pos, pos)) // + pos[position]
+	} else {
+		cos, sin = graph.Gather(w.cos, pos), graph.Gather(w.sin, pos)
+	}
 	scale := graph.Const(g, float32(1/math.Sqrt(float64(hd))))
 	// Heads are computed one at a time from column blocks of the projections (and row blocks
 	// of the output projection), so that every tensor stays [B, T, ·]: splitting and merging

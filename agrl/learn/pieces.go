@@ -1,6 +1,8 @@
 package learn
 
 import (
+	"agrl.dev/agrl"
+
 	"errors"
 	"slices"
 	"sort"
@@ -165,3 +167,43 @@ func runPieces(e *model.Exec, args [][]any, plan piecePlan) ([][]*tensors.Tensor
 // splitsPieces reports whether batches are cut by length (the go backend, where every padded
 // position costs its full compute and a graph call little).
 func (p *Policy) splitsPieces() bool { return p.backend.String() == "go" && !p.wholeBatches }
+
+// packRow is the shortest row packed batches use: sequences shorter than it share rows.
+const packRow = 128
+
+// packRows packs sequences of the given lengths into rows of capacity tokens, first fit by
+// decreasing length; each row lists the indices of its sequences in the order they sit.
+func packRows(lens []int, capacity int) [][]int {
+	order := make([]int, len(lens))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return lens[order[a]] > lens[order[b]] })
+	var rows [][]int
+	var free []int
+	for _, i := range order {
+		placed := false
+		for r := range rows {
+			if free[r] >= lens[i] {
+				rows[r], free[r] = append(rows[r], i), free[r]-lens[i]
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			rows, free = append(rows, []int{i}), append(free, capacity-lens[i])
+		}
+	}
+	return rows
+}
+
+// packable reports whether sequences can share rows: each starts with BOS and holds no other
+// (the model starts a new sequence at every BOS).
+func packable(seqs [][]int32) bool {
+	for _, s := range seqs {
+		if len(s) == 0 || s[0] != agrl.BOS || slices.Contains(s[1:], agrl.BOS) {
+			return false
+		}
+	}
+	return true
+}

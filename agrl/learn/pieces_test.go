@@ -1,8 +1,12 @@
 package learn
 
 import (
+	"math"
 	"slices"
 	"testing"
+
+	"agrl.dev/agrl"
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // checkPlan checks that a plan covers every sequence exactly once, within maxRows a piece,
@@ -72,5 +76,65 @@ func TestPlanPieces(t *testing.T) {
 	plan = planPieces(slices.Repeat([]int{40}, 100), 1, 64, 512, false)
 	if len(plan.pieces) != 2 || plan.pieces[0][0] != 0 || plan.pieces[1][0] != 50 || len(plan.workers) != 1 {
 		t.Errorf("unsplit plan %v / %v", len(plan.pieces), plan.workers)
+	}
+}
+
+func TestPackRows(t *testing.T) {
+	lens := []int{74, 22, 40, 40, 60, 90, 128, 10, 36}
+	rows := packRows(lens, 128)
+	seen := make([]int, len(lens))
+	for _, row := range rows {
+		used := 0
+		for _, i := range row {
+			seen[i]++
+			used += lens[i]
+		}
+		if used > 128 {
+			t.Errorf("row %v holds %d tokens, capacity 128", row, used)
+		}
+	}
+	for i, n := range seen {
+		if n != 1 {
+			t.Errorf("sequence %d packed %d times", i, n)
+		}
+	}
+	total := 0
+	for _, l := range lens {
+		total += l
+	}
+	if min := (total + 127) / 128; len(rows) > min+1 {
+		t.Errorf("%d rows for %d tokens (at least %d needed)", len(rows), total, min)
+	}
+	if !packable([][]int32{{1, 5, 6}, {1, 7}}) || packable([][]int32{{1, 5, 1, 6}}) || packable([][]int32{{5, 6}}) {
+		t.Error("packable: want true only for sequences that start with BOS and hold no other")
+	}
+}
+
+// TestPackedRowsScoreLikeSeparateRows: a packed training batch (several sequences per row,
+// each attending only to itself, positions from its own BOS) has the loss and metrics of the
+// same sequences one per row.
+func TestPackedRowsScoreLikeSeparateRows(t *testing.T) {
+	p := MustNewPolicy(testLM().Seed(3).Shards(1))
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := sftBatch(t, p.Tokenizer(), 9)
+	packed, err := tr.Eval(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wholeBatches = true // one sequence per row, padded
+	whole, err := tr.Eval(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := math.Abs(packed.Loss - whole.Loss); d > 1e-5 || packed.Metrics["tokens"] != whole.Metrics["tokens"] {
+		t.Errorf("packed loss %v (%v tokens), one per row %v (%v tokens)", packed.Loss, packed.Metrics["tokens"], whole.Loss, whole.Metrics["tokens"])
+	}
+	p.wholeBatches = false
+	args, _, _ := tr.pieceArgs(b)
+	if rows := args[0][0].(*tensors.Tensor).Shape().Dimensions[0]; rows >= len(b.Tokens) {
+		t.Errorf("%d sequences packed into %d rows: want fewer rows than sequences", len(b.Tokens), rows)
 	}
 }

@@ -188,7 +188,8 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 	logp, ent, top1 := p.arch.tokenStats(w, tokens, graph.Const(g, t.invT)) // [B, T-1]
 	shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
 	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: top1, Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{},
-		Valid: graph.ConvertDType(graph.NotEqual(shift(tokens), graph.Const(g, agrl.PAD)), dtypes.Float32)}
+		Valid: graph.ConvertDType(graph.LogicalAnd(graph.NotEqual(shift(tokens), graph.Const(g, agrl.PAD)),
+			graph.NotEqual(shift(tokens), graph.Const(g, agrl.BOS))), dtypes.Float32)} // a BOS target starts the next packed sequence
 	nv := len(t.values)
 	for i, name := range t.values {
 		li.Values[name] = shift(in[1+i])
@@ -343,6 +344,10 @@ func (t *Trainer) pieceArgs(b TrainBatch) ([][]any, piecePlan, int) {
 		n += len(s) - 1
 		lens[i] = len(s)
 	}
+	if t.p.splitsPieces() && packable(b.Tokens) {
+		args, plan := t.packedArgs(b, lens, sums)
+		return args, plan, n
+	}
 	plan := planPieces(lens, t.shards, maxPieceRows, t.p.arch.Context, t.p.splitsPieces())
 	out := make([][]any, len(plan.pieces))
 	for k, piece := range plan.pieces {
@@ -366,6 +371,49 @@ func (t *Trainer) pieceArgs(b TrainBatch) ([][]any, piecePlan, int) {
 		out[k] = args
 	}
 	return out, plan, n
+}
+
+// packedArgs packs the batch's sequences into rows (packRows: several sequences per row, each
+// attending only to itself, see forward) of at least packRow tokens, and spreads the rows over
+// the workers, one graph call each: every call is full, none is padded to its longest
+// sequence, and the workers get the same number of rows.
+func (t *Trainer) packedArgs(b TrainBatch, lens []int, sums []float32) ([][]any, piecePlan) {
+	capacity := padLen(min(max(slices.Max(lens), packRow), t.p.arch.Context), t.p.arch.Context)
+	rows := packRows(lens, capacity)
+	workers := max(1, min(t.shards, len(rows)))
+	var plan piecePlan
+	out := make([][]any, workers)
+	for w := range workers {
+		mine := rows[w*len(rows)/workers : (w+1)*len(rows)/workers]
+		tok := make([]int32, len(mine)*capacity)
+		vals := make([][]float32, len(t.values))
+		for k := range vals {
+			vals[k] = make([]float32, len(mine)*capacity)
+		}
+		var idx []int
+		for r, row := range mine {
+			at := r * capacity
+			for _, i := range row {
+				copy(tok[at:], b.Tokens[i])
+				for k, name := range t.values {
+					copy(vals[k][at:], b.Values[name][i])
+				}
+				at += len(b.Tokens[i])
+				idx = append(idx, i)
+			}
+		}
+		args := []any{tensors.FromFlatDataAndDimensions(tok, len(mine), capacity)}
+		for k := range vals {
+			args = append(args, tensors.FromFlatDataAndDimensions(vals[k], len(mine), capacity))
+		}
+		for _, v := range sums {
+			args = append(args, v)
+		}
+		out[w] = args
+		plan.pieces = append(plan.pieces, idx)
+		plan.workers = append(plan.workers, []int{w})
+	}
+	return out, plan
 }
 
 // maxPieceRows is the most sequences one training graph call holds.

@@ -53,7 +53,7 @@ func TestLossMasking(t *testing.T) {
 		return ids, mask
 	}
 	ids1, mask1 := build("correct!")
-	ids2, mask2 := build("WRONG?? x")
+	ids2, mask2 := build("WRONG?!x") // same length: the batch is laid out (packed) identically
 	adv := func(mask []float32, junk float32) []float32 {
 		a := make([]float32, len(mask))
 		for i, m := range mask {

@@ -27,7 +27,7 @@ type trainFlags struct {
 	steps, group, tasks, sftSteps     int
 	demos, evalTasks, evalEvery       int
 	maxTokens, maxActionTokens        int
-	context                           int
+	context, sftBatch                 int
 	lr, kl, clip, clipHigh, guessFrac float64
 	guessAfter                        float64
 	sftLR                             float64
@@ -102,9 +102,9 @@ func (f *trainFlags) register(fs interface {
 	DurationVar(*time.Duration, string, time.Duration, string)
 }, args []string) {
 	env, r := recipeDefaults(args)
-	sftSteps, sftLR := 0, 0.0
+	sftSteps, sftLR, sftBatch := 0, 0.0, agrl.SFT().Spec().Batch
 	if r.SFT != nil {
-		sftSteps, sftLR = r.SFT.Spec().Steps, r.SFT.Spec().Optimizer.Spec().LR
+		sftSteps, sftLR, sftBatch = r.SFT.Spec().Steps, r.SFT.Spec().Optimizer.Spec().LR, r.SFT.Spec().Batch
 	}
 	guess, after := guessShare(r.Demos)
 	clipHigh := 0.0
@@ -119,6 +119,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.group, "group", r.Group, "episodes per task (G)")
 	fs.IntVar(&f.tasks, "tasks", r.TasksPerStep, "tasks per step")
 	fs.IntVar(&f.sftSteps, "sft-steps", sftSteps, "warm-start SFT steps (0: no warm start)")
+	fs.IntVar(&f.sftBatch, "sft-batch", sftBatch, "demonstration episodes per warm-start SFT step")
 	fs.IntVar(&f.demos, "demos", r.DemoEpisodes, "warm-start demonstration episodes")
 	fs.Float64Var(&f.sftLR, "sft-lr", sftLR, "warm-start SFT peak learning rate")
 	fs.Float64Var(&f.guessFrac, "guess-frac", guess, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
@@ -180,6 +181,9 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	if f.sftSteps < 0 {
 		errs = append(errs, fmt.Errorf("-sft-steps %d: want >= 0 (0: no warm start)", f.sftSteps))
 	}
+	if f.sftBatch < 1 {
+		errs = append(errs, fmt.Errorf("-sft-batch %d: want >= 1", f.sftBatch))
+	}
 	if math.IsNaN(f.clipHigh) || f.clipHigh < 0 {
 		errs = append(errs, fmt.Errorf("-clip-high %v: want > 0, or 0 for the same as -clip", f.clipHigh))
 	}
@@ -215,10 +219,10 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	case f.sftSteps <= 0:
 		g = g.WarmStartSteps(0)
 	case r.SFT == nil:
-		sft := agrl.SFT().Steps(f.sftSteps).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
+		sft := agrl.SFT().Steps(f.sftSteps).Batch(f.sftBatch).Optimizer(agrl.NewAdamW().LR(f.sftLR).Warmup(20).Schedule(agrl.CosineLR, 0, 0.1))
 		g = g.WarmStart(sft, entry.Demos(f.guessFrac, f.guessAfter)...)
 	default:
-		sft := r.SFT.Steps(f.sftSteps)
+		sft := r.SFT.Steps(f.sftSteps).Batch(f.sftBatch)
 		if opt := sft.Spec().Optimizer; opt.Spec().LR != f.sftLR {
 			sft = sft.Optimizer(opt.LR(f.sftLR))
 		}
