@@ -2,6 +2,8 @@ package learn
 
 import (
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -39,7 +41,8 @@ func BenchmarkWarmStartStep(b *testing.B) {
 		}
 		seqs, masks = append(seqs, ids), append(masks, m)
 	}
-	p := MustNewPolicy(agrl.TinyLM().Seed(1))
+	shards, _ := strconv.Atoi(os.Getenv("AGRL_BENCH_SHARDS"))
+	p := MustNewPolicy(agrl.TinyLM().Seed(1).Shards(shards))
 	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-3), 1)
 	if err != nil {
 		b.Fatal(err)
