@@ -138,3 +138,58 @@ func TestPackedRowsScoreLikeSeparateRows(t *testing.T) {
 		t.Errorf("%d sequences packed into %d rows: want fewer rows than sequences", len(b.Tokens), rows)
 	}
 }
+
+// TestPackedGradientsMatchWholeBatch compares the raw gradients (not an Adam step, which only
+// sees their signs) of a packed batch with those of the same sequences one per row, and those
+// with GoMLX's own gradients (its matmul gradient, its decomposed softmax and LayerNorm).
+func TestPackedGradientsMatchWholeBatch(t *testing.T) {
+	grads := func(whole bool) [][]float32 {
+		p := MustNewPolicy(testLM().Seed(4).Shards(1))
+		p.wholeBatches = whole
+		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.ensureExecs(); err != nil {
+			t.Fatal(err)
+		}
+		args, plan, _ := tr.pieceArgs(sftBatch(t, p.Tokenizer(), 11))
+		outs, err := runPieces(tr.gradExec, args, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nm := 1 + len(tr.metrics)
+		var sum [][]float32
+		for _, o := range outs {
+			for i, g := range o[nm:] {
+				v := tensors.MustCopyFlatData[float32](g)
+				if len(sum) <= i {
+					sum = append(sum, make([]float32, len(v)))
+				}
+				for j := range v {
+					sum[i][j] += v[j]
+				}
+			}
+		}
+		return sum
+	}
+	compare := func(what string, got, want [][]float32) {
+		for i := range want {
+			var num, den float64
+			for j := range want[i] {
+				d := float64(got[i][j] - want[i][j])
+				num += d * d
+				den += float64(want[i][j]) * float64(want[i][j])
+			}
+			if den > 0 && math.Sqrt(num/den) > 1e-4 {
+				t.Errorf("weight %d: %s differs by %.2g (relative)", i, what, math.Sqrt(num/den))
+			}
+		}
+	}
+	packed, whole := grads(false), grads(true)
+	compare("the packed gradient from the whole batch's", packed, whole)
+	fastMatmulVJP = false
+	defer func() { fastMatmulVJP = true }()
+	t.Setenv("GOMLX_FUSION", "false")
+	compare("the gradient from GoMLX's own (whole batch)", whole, grads(true))
+}
