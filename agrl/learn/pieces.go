@@ -130,19 +130,6 @@ func cutPieces(lens, order []int, workers, rows, context int) (piecePlan, int) {
 	return plan, slices.Max(load)
 }
 
-// positions returns the padded token positions the plan computes (for tests and docs).
-func (pl piecePlan) positions(lens []int, context int) int {
-	total := 0
-	for _, piece := range pl.pieces {
-		longest := 0
-		for _, i := range piece {
-			longest = max(longest, lens[i])
-		}
-		total += bucketBatch(len(piece)) * padLen(longest, context)
-	}
-	return total
-}
-
 // runPieces calls e on the arguments of every piece, each worker of the plan running its
 // pieces in order, the workers concurrently. outs[k] are piece k's outputs.
 func runPieces(e *model.Exec, args [][]any, plan piecePlan) ([][]*tensors.Tensor, error) {

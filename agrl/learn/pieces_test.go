@@ -45,6 +45,19 @@ func checkPlan(t *testing.T, lens []int, plan piecePlan, maxRows int) {
 	}
 }
 
+// positions returns the padded token positions the plan computes.
+func (pl piecePlan) positions(lens []int, context int) int {
+	total := 0
+	for _, piece := range pl.pieces {
+		longest := 0
+		for _, i := range piece {
+			longest = max(longest, lens[i])
+		}
+		total += bucketBatch(len(piece)) * padLen(longest, context)
+	}
+	return total
+}
+
 func TestPlanPieces(t *testing.T) {
 	// 32 lengths spread like the calc warm start's demonstrations (mean ≈ 40, max 74).
 	lens := []int{22, 74, 31, 36, 28, 45, 62, 33, 25, 38, 51, 29, 36, 41, 66, 24,

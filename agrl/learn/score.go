@@ -231,7 +231,7 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 		for i, j := range piece {
 			batch[i] = seqs[j]
 		}
-		tok, _ := p.padBatch(batch)
+		tok := p.padBatch(batch)
 		args[k] = []any{tok, invT}
 	}
 	results, err := runPieces(p.scoreExec, args, plan)
@@ -291,8 +291,8 @@ func (p *Policy) checkSeqs(seqs [][]int32) error {
 }
 
 // padBatch packs sequences into a [bucketBatch(n), padLen(maxLen)] int32 tensor padded with
-// PAD (padding rows are all PAD). It returns the tensor and the padded length.
-func (p *Policy) padBatch(seqs [][]int32) (*tensors.Tensor, int) {
+// PAD (padding rows are all PAD).
+func (p *Policy) padBatch(seqs [][]int32) *tensors.Tensor {
 	maxLen := 0
 	for _, s := range seqs {
 		maxLen = max(maxLen, len(s))
@@ -302,7 +302,7 @@ func (p *Policy) padBatch(seqs [][]int32) (*tensors.Tensor, int) {
 	for i, s := range seqs {
 		copy(flat[i*t:], s)
 	}
-	return tensors.FromFlatDataAndDimensions(flat, b, t), t
+	return tensors.FromFlatDataAndDimensions(flat, b, t)
 }
 
 var _ = dtypes.Float32

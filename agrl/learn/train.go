@@ -351,24 +351,13 @@ func (t *Trainer) pieceArgs(b TrainBatch) ([][]any, piecePlan, int) {
 	plan := planPieces(lens, t.shards, maxPieceRows, t.p.arch.Context, t.p.splitsPieces())
 	out := make([][]any, len(plan.pieces))
 	for k, piece := range plan.pieces {
-		seqs := make([][]int32, len(piece))
+		rows := make([][]int, len(piece)) // one sequence per row, padded to the piece's longest
+		longest := 0
 		for i, j := range piece {
-			seqs[i] = b.Tokens[j]
+			rows[i] = []int{j}
+			longest = max(longest, lens[j])
 		}
-		tok, tl := t.p.padBatch(seqs)
-		bsz := tok.Shape().Dimensions[0]
-		args := []any{tok}
-		for _, name := range t.values {
-			flat := make([]float32, bsz*tl)
-			for i, j := range piece {
-				copy(flat[i*tl:], b.Values[name][j])
-			}
-			args = append(args, tensors.FromFlatDataAndDimensions(flat, bsz, tl))
-		}
-		for _, v := range sums {
-			args = append(args, v)
-		}
-		out[k] = args
+		out[k] = t.rowArgs(b, rows, bucketBatch(len(rows)), padLen(longest, t.p.arch.Context), sums)
 	}
 	return out, plan, n
 }
@@ -378,42 +367,47 @@ func (t *Trainer) pieceArgs(b TrainBatch) ([][]any, piecePlan, int) {
 // the workers, one graph call each: every call is full, none is padded to its longest
 // sequence, and the workers get the same number of rows.
 func (t *Trainer) packedArgs(b TrainBatch, lens []int, sums []float32) ([][]any, piecePlan) {
-	capacity := padLen(min(max(slices.Max(lens), packRow), t.p.arch.Context), t.p.arch.Context)
-	rows := packRows(lens, capacity)
+	width := padLen(min(max(slices.Max(lens), packRow), t.p.arch.Context), t.p.arch.Context)
+	rows := packRows(lens, width)
 	workers := max(1, min(t.shards, len(rows)))
 	var plan piecePlan
 	out := make([][]any, workers)
 	for w := range workers {
 		mine := rows[w*len(rows)/workers : (w+1)*len(rows)/workers]
-		tok := make([]int32, len(mine)*capacity)
-		vals := make([][]float32, len(t.values))
-		for k := range vals {
-			vals[k] = make([]float32, len(mine)*capacity)
-		}
-		var idx []int
-		for r, row := range mine {
-			at := r * capacity
-			for _, i := range row {
-				copy(tok[at:], b.Tokens[i])
-				for k, name := range t.values {
-					copy(vals[k][at:], b.Values[name][i])
-				}
-				at += len(b.Tokens[i])
-				idx = append(idx, i)
-			}
-		}
-		args := []any{tensors.FromFlatDataAndDimensions(tok, len(mine), capacity)}
-		for k := range vals {
-			args = append(args, tensors.FromFlatDataAndDimensions(vals[k], len(mine), capacity))
-		}
-		for _, v := range sums {
-			args = append(args, v)
-		}
-		out[w] = args
-		plan.pieces = append(plan.pieces, idx)
+		out[w] = t.rowArgs(b, mine, len(mine), width, sums)
+		plan.pieces = append(plan.pieces, slices.Concat(mine...))
 		plan.workers = append(plan.workers, []int{w})
 	}
 	return out, plan
+}
+
+// rowArgs lays the batch's sequences out as one graph call's inputs: a [nRows, width] token
+// tensor in which row r holds the sequences rows[r] back to back (PAD after them, and in rows
+// past len(rows)), the per-token values laid out the same way, then the whole-batch sums.
+func (t *Trainer) rowArgs(b TrainBatch, rows [][]int, nRows, width int, sums []float32) []any {
+	tok := make([]int32, nRows*width)
+	vals := make([][]float32, len(t.values))
+	for k := range vals {
+		vals[k] = make([]float32, nRows*width)
+	}
+	for r, row := range rows {
+		at := r * width
+		for _, i := range row {
+			copy(tok[at:], b.Tokens[i])
+			for k, name := range t.values {
+				copy(vals[k][at:], b.Values[name][i])
+			}
+			at += len(b.Tokens[i])
+		}
+	}
+	args := []any{tensors.FromFlatDataAndDimensions(tok, nRows, width)}
+	for k := range vals {
+		args = append(args, tensors.FromFlatDataAndDimensions(vals[k], nRows, width))
+	}
+	for _, v := range sums {
+		args = append(args, v)
+	}
+	return args
 }
 
 // maxPieceRows is the most sequences one training graph call holds.
