@@ -10,14 +10,19 @@ import (
 
 // EvalResult summarises scored episodes of one split. Rates are fractions in 0..1.
 type EvalResult struct {
-	// Tasks is the number of distinct tasks, N the number of episodes, K the samples per task.
+	// Tasks is the number of distinct tasks, N the number of episodes, K the samples per task
+	// (the fewest any task has, when they differ).
 	Tasks int `json:"tasks"`
 	N     int `json:"n"`
 	K     int `json:"k"`
 	// Success is the fraction of episodes answered correctly (mean@k of correctness).
 	Success float64 `json:"success"`
-	// PassAtK is the fraction of tasks with at least one correct episode among their K.
+	// PassAtK is the mean over tasks of the unbiased pass@K estimate (PassAtK function): with K
+	// samples of every task, the fraction of tasks with at least one correct episode.
 	PassAtK float64 `json:"pass_at_k"`
+	// PassAt holds the unbiased pass@k for k = 1, 2, 4, … up to K (and K itself), estimated
+	// from all of each task's samples (keys are k).
+	PassAt map[int]float64 `json:"pass_at,omitempty"`
 	// MeanReward is the mean rubric reward (mean@k of reward).
 	MeanReward float64 `json:"mean_reward"`
 	// MeanTurns is the mean number of actions per episode.
@@ -89,17 +94,31 @@ func Evaluate(eps []*Episode) (EvalResult, error) {
 		r.InvalidRate = float64(invalid) / float64(actions)
 	}
 	r.Tasks = len(order)
+	r.K = len(byTask[order[0]])
+	for _, id := range order {
+		r.K = min(r.K, len(byTask[id]))
+	}
+	var ks []int
+	for k := 1; k < r.K; k *= 2 {
+		ks = append(ks, k)
+	}
+	ks = append(ks, r.K)
+	r.PassAt = map[int]float64{}
 	for _, id := range order {
 		group := byTask[id]
-		r.K = max(r.K, len(group))
+		c := 0
 		for _, ep := range group {
-			if ep.Correct {
-				r.PassAtK++
-				break
+			c += int(b2f(ep.Correct))
+		}
+		for _, k := range ks {
+			p, err := PassAtK(len(group), c, k)
+			if err != nil {
+				return EvalResult{}, err
 			}
+			r.PassAt[k] += p / float64(r.Tasks)
 		}
 	}
-	r.PassAtK /= float64(r.Tasks)
+	r.PassAtK = r.PassAt[r.K]
 	r.SuccessByDifficulty = map[Difficulty]float64{}
 	for d, c := range perDiff {
 		r.SuccessByDifficulty[d] = float64(c[0]) / float64(c[1])

@@ -55,6 +55,7 @@ type GRPOSpec struct {
 	MaxTurns, MaxTokens          int
 	MaxActionTokens              int
 	DynamicSampling              bool
+	Curriculum                   int
 	MaskTruncated                bool
 	EvalEvery, EvalTasks         int
 	TrajectoriesEvery            int
@@ -263,6 +264,14 @@ func (g GRPO) MaxActionTokens(n int) GRPO { g.s.MaxActionTokens = n; return g }
 // verl filter_groups).
 func (g GRPO) DynamicSampling(on bool) GRPO { g.s.DynamicSampling = on; return g }
 
+// Curriculum turns on an adaptive task mix over the last window steps (0: off, the Mix as
+// set): each step draws its tasks with the Mix's weights scaled by how often groups of each
+// difficulty carried signal over those steps (CurriculumWeights), so that as easy tasks
+// saturate the steps go to the difficulties whose groups still disagree. The weights and the
+// counts they come from are logged (MetricCurriculumWeight, …). Evaluation splits keep the
+// Mix's own proportions.
+func (g GRPO) Curriculum(window int) GRPO { g.s.Curriculum = window; return g }
+
 // MaskTruncated leaves episodes cut off by the token budget out of the loss instead of training
 // on their (penalised) reward (DAPO's overlong filtering).
 func (g GRPO) MaskTruncated(on bool) GRPO { g.s.MaskTruncated = on; return g }
@@ -400,6 +409,9 @@ func (g GRPO) Validate() error {
 	if bad(g.s.EvalTemperature) || g.s.EvalTemperature < 0 {
 		add("eval temperature %v; want >= 0", g.s.EvalTemperature)
 	}
+	if g.s.Curriculum < 0 {
+		add("curriculum window %d; want >= 0 steps (0: off)", g.s.Curriculum)
+	}
 	if g.s.MaxTurns < 0 || g.s.MaxTokens < 0 || g.s.MaxActionTokens < 0 {
 		add("negative turn or token limits (%d, %d, %d)", g.s.MaxTurns, g.s.MaxTokens, g.s.MaxActionTokens)
 	}
@@ -462,6 +474,7 @@ type GRPOConfig struct {
 	MaxTokens       int                    `json:"max_tokens"`
 	MaxActionTokens int                    `json:"max_action_tokens"`
 	DynamicSampling bool                   `json:"dynamic_sampling"`
+	Curriculum      int                    `json:"curriculum,omitempty"`
 	MaskTruncated   bool                   `json:"mask_truncated"`
 	EvalEvery       int                    `json:"eval_every"`
 	EvalTasks       int                    `json:"eval_tasks"`
@@ -480,6 +493,7 @@ func (g GRPO) Resolved() GRPOConfig {
 		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm, LossNorm: g.s.LossNorm,
 		Temperature: g.s.Temperature, EvalTemperature: g.s.EvalTemperature, MaxTurns: g.s.MaxTurns,
 		MaxTokens: g.s.MaxTokens, MaxActionTokens: g.s.MaxActionTokens, DynamicSampling: g.s.DynamicSampling,
+		Curriculum:    g.s.Curriculum,
 		MaskTruncated: g.s.MaskTruncated, EvalEvery: g.s.EvalEvery, EvalTasks: g.s.EvalTasks,
 		Trajectories: g.s.TrajectoriesEvery, CheckpointEvery: g.s.CheckpointEvery, Seed: g.s.Seed, Steps: g.s.Steps,
 		Out: g.s.Out, From: g.s.From,

@@ -163,7 +163,7 @@ func TestEvaluateHandComputed(t *testing.T) {
 	}
 	want := EvalResult{
 		Tasks: 2, N: 4, K: 2,
-		Success: 0.25, PassAtK: 0.5, MeanReward: 1.7 / 4, MeanTurns: 8.0 / 4,
+		Success: 0.25, PassAtK: 0.5, PassAt: map[int]float64{1: 0.25, 2: 0.5}, MeanReward: 1.7 / 4, MeanTurns: 8.0 / 4,
 		ToolCallRate: 0.75, MeanToolCalls: 3.0 / 4, ToolErrorRate: 1.0 / 3, InvalidRate: 1.0 / 8,
 		SuccessByDifficulty: map[Difficulty]float64{Easy: 0.5, Hard: 0},
 		Terminations:        map[Termination]int{Answered: 4},

@@ -58,7 +58,7 @@ var registry = []Entry{
 		New:     func() agrl.Env { return calc.New() },
 		Expert:  calc.Expert,
 		Rubric:  calc.Rubric,
-		Guesser: calc.Guesser,
+		Guesser: calc.Overconfident,
 		Recipe:  calc.Recipe,
 	},
 	{

@@ -527,3 +527,84 @@ func TestGRPOFromCheckpointEvaluatesTheStart(t *testing.T) {
 		t.Errorf("Final(dev) %+v %v", got, ok)
 	}
 }
+
+// TestGRPOCurriculum: each step's task weights are CurriculumWeights of the counts logged over
+// the previous window steps, the logged counts add up to the groups sampled, and a resumed run
+// draws the same weights as an uninterrupted one (they are a function of the logged history).
+func TestGRPOCurriculum(t *testing.T) {
+	cfg := func(dir string) agrl.GRPO {
+		return warm(tinyGRPO(t)).Mix(agrl.NewMix(1)).Curriculum(2).Steps(5).DemoEpisodes(60).Out(dir)
+	}
+	full, err := Build(cfg(filepath.Join(t.TempDir(), "full")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := full.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := agrl.NewMix(1).Fractions()
+	ds := []agrl.Difficulty{agrl.Easy, agrl.Medium, agrl.Hard}
+	for i, m := range want.History {
+		groups, signal := map[agrl.Difficulty]int{}, map[agrl.Difficulty]int{}
+		for _, prev := range want.History[max(0, i-2):i] {
+			for _, d := range ds {
+				groups[d] += int(prev[agrl.MetricCurriculumGroups(d)])
+				signal[d] += int(prev[agrl.MetricCurriculumSignal(d)])
+			}
+		}
+		w, err := agrl.CurriculumWeights(base, groups, signal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total, sig := 0.0, 0.0
+		for _, d := range ds {
+			if got := m[agrl.MetricCurriculumWeight(d)]; math.Abs(got-w[d]) > 1e-12 {
+				t.Errorf("step %d %s weight %v, want %v", i+1, d, got, w[d])
+			}
+			total += m[agrl.MetricCurriculumGroups(d)]
+			sig += m[agrl.MetricCurriculumSignal(d)]
+		}
+		// Without dynamic sampling one round: 4 groups, and the zero-std share matches.
+		if total != 4 || math.Abs((total-sig)/total-m[agrl.MetricFracRewardZeroStd]) > 1e-12 {
+			t.Errorf("step %d: %v groups, %v with signal, frac_reward_zero_std %v", i+1, total, sig, m[agrl.MetricFracRewardZeroStd])
+		}
+	}
+	if w := want.History[0][agrl.MetricCurriculumWeight(agrl.Medium)]; math.Abs(w-0.5) > 1e-12 {
+		t.Errorf("first step draws with the base mix: medium %v", w)
+	}
+
+	dir := filepath.Join(t.TempDir(), "resumed")
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := Build(cfg(dir).OnStep(func(m agrl.Metrics) {
+		if m.Step() == 3 {
+			cancel()
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Train(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled run: %v", err)
+	}
+	again, err := Build(cfg(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := again.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 3; i < 5; i++ {
+		for _, d := range ds {
+			for _, k := range []string{agrl.MetricCurriculumWeight(d), agrl.MetricCurriculumGroups(d)} {
+				if got.History[i][k] != want.History[i][k] {
+					t.Errorf("step %d %s: resumed %v, uninterrupted %v", i+1, k, got.History[i][k], want.History[i][k])
+				}
+			}
+		}
+		if got.History[i]["loss"] != want.History[i]["loss"] {
+			t.Errorf("step %d loss: resumed %v, uninterrupted %v", i+1, got.History[i]["loss"], want.History[i]["loss"])
+		}
+	}
+}

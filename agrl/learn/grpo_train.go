@@ -873,6 +873,24 @@ type rollStats struct {
 	groups, zeroStd, refills, dropped int
 	tokens, generated                 int
 	seconds                           float64
+	// With a curriculum: the weights the tasks were drawn with, and per difficulty the groups
+	// sampled (every round) and those whose rewards were not all equal.
+	weights        map[agrl.Difficulty]float64
+	byDiff, signal map[agrl.Difficulty]int
+}
+
+// curriculumWeights computes the step's task weights from the curriculum counts logged over the
+// last Curriculum steps (a function of the history alone, so a resumed run draws the same).
+func (t *GRPOTrainer) curriculumWeights() (map[agrl.Difficulty]float64, error) {
+	groups, signal := map[agrl.Difficulty]int{}, map[agrl.Difficulty]int{}
+	from := max(0, len(t.history)-t.cfg.Curriculum)
+	for _, m := range t.history[from:] {
+		for _, d := range []agrl.Difficulty{agrl.Easy, agrl.Medium, agrl.Hard} {
+			groups[d] += int(m[agrl.MetricCurriculumGroups(d)])
+			signal[d] += int(m[agrl.MetricCurriculumSignal(d)])
+		}
+	}
+	return agrl.CurriculumWeights(t.cfg.Mix.Fractions(), groups, signal)
 }
 
 // collect samples and scores the step's groups (refilling all-equal groups when dynamic
@@ -880,7 +898,18 @@ type rollStats struct {
 func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, rollStats, error) {
 	var st rollStats
 	G, want := t.cfg.Group, t.cfg.TasksPerStep
-	stream, err := t.cfg.Mix.Seed(t.seedFor("tasks", step)).Stream(t.env, agrl.Train)
+	mix := t.cfg.Mix
+	if t.cfg.Curriculum > 0 {
+		w, err := t.curriculumWeights()
+		if err != nil {
+			return nil, nil, nil, st, err
+		}
+		for d, v := range w {
+			mix = mix.Weight(d, v)
+		}
+		st.weights, st.byDiff, st.signal = w, map[agrl.Difficulty]int{}, map[agrl.Difficulty]int{}
+	}
+	stream, err := mix.Seed(t.seedFor("tasks", step)).Stream(t.env, agrl.Train)
 	if err != nil {
 		return nil, nil, nil, st, err
 	}
@@ -925,6 +954,12 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 			allEqual := true
 			for _, v := range a[gi : gi+G] {
 				allEqual = allEqual && v == 0
+			}
+			if st.byDiff != nil {
+				st.byDiff[got[gi].Task.Difficulty]++
+				if !allEqual {
+					st.signal[got[gi].Task.Difficulty]++
+				}
 			}
 			if t.cfg.DynamicSampling && allEqual && round < 3 {
 				st.dropped++
@@ -1052,6 +1087,11 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
 	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
 	m[agrl.MetricEpisodes] = n
+	for d, w := range st.weights {
+		m[agrl.MetricCurriculumWeight(d)] = w
+		m[agrl.MetricCurriculumGroups(d)] = float64(st.byDiff[d])
+		m[agrl.MetricCurriculumSignal(d)] = float64(st.signal[d])
+	}
 	return m
 }
 

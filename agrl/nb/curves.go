@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"image/color"
 	"math"
+	"sort"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -340,4 +342,113 @@ func CompareRuns(runs []*agrl.Run, metrics ...string) error {
 // CompareRunsPNG draws what CompareRuns displays, as a PNG.
 func CompareRunsPNG(runs []*agrl.Run, metrics ...string) ([]byte, error) {
 	return NewChart().PNG(runs, metrics...)
+}
+
+// RunGroup is a set of runs drawn as one: the same configuration trained with several seeds.
+type RunGroup struct {
+	Name string
+	Runs []*agrl.Run
+}
+
+// ShowSeeds displays metrics of run groups (one configuration, several seeds): each run as a
+// faint line and each group's mean over its runs as a bold line of the same colour. On error it
+// displays the error too.
+func (c Chart) ShowSeeds(groups []RunGroup, metrics ...string) error {
+	png, err := c.SeedsPNG(groups, metrics...)
+	if err != nil {
+		return showError(err)
+	}
+	ShowPNG(png)
+	return nil
+}
+
+// SeedsPNG draws what ShowSeeds displays, as a PNG. Every metric must be given. The mean at a
+// step is over the runs that logged a finite value there.
+func (c Chart) SeedsPNG(groups []RunGroup, metrics ...string) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	if len(groups) == 0 || len(metrics) == 0 {
+		return nil, errors.New("nb: SeedsPNG needs at least one group and one metric")
+	}
+	for _, g := range groups {
+		if len(g.Runs) == 0 {
+			return nil, fmt.Errorf("nb: group %q has no runs", g.Name)
+		}
+		for i, r := range g.Runs {
+			if r == nil {
+				return nil, fmt.Errorf("nb: group %q: run %d is nil", g.Name, i)
+			}
+		}
+	}
+	var plots []*plot.Plot
+	var errs []error
+	for _, metric := range metrics {
+		p, err := c.seedPanel(groups, metric)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		plots = append(plots, p)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c.render(plots)
+}
+
+// seedPanel draws one metric of every group: faint per-run lines, a bold mean.
+func (c Chart) seedPanel(groups []RunGroup, metric string) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = metric
+	if c.smooth > 1 {
+		p.Title.Text += fmt.Sprintf(" (mean of %d)", c.smooth)
+	}
+	if c.title != "" {
+		p.Title.Text = c.title + ": " + p.Title.Text
+	}
+	p.X.Label.Text = "step"
+	for _, f := range []*font.Font{&p.Title.TextStyle.Font, &p.X.Label.TextStyle.Font, &p.Y.Label.TextStyle.Font,
+		&p.X.Tick.Label.Font, &p.Y.Tick.Label.Font, &p.Legend.TextStyle.Font} {
+		f.Variant = "Sans"
+	}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	for gi, g := range groups {
+		col := plotutil.Color(gi)
+		r, gr, b, _ := col.RGBA()
+		faint := color.NRGBA{R: uint8(r >> 8), G: uint8(gr >> 8), B: uint8(b >> 8), A: 70}
+		sum, cnt := map[float64]float64{}, map[float64]int{}
+		for _, run := range g.Runs {
+			xy, err := finiteSeries(run, metric)
+			if err != nil {
+				return nil, err
+			}
+			xy = smooth(xy, c.smooth)
+			for _, pt := range xy {
+				sum[pt.X] += pt.Y
+				cnt[pt.X]++
+			}
+			line, err := plotter.NewLine(xy)
+			if err != nil {
+				return nil, fmt.Errorf("nb: %s of run %q: %w", metric, run.Name, err)
+			}
+			line.Color, line.Width = faint, vg.Points(1)
+			p.Add(line)
+		}
+		var mean plotter.XYs
+		for x, s := range sum {
+			mean = append(mean, plotter.XY{X: x, Y: s / float64(cnt[x])})
+		}
+		sort.Slice(mean, func(i, j int) bool { return mean[i].X < mean[j].X })
+		line, err := plotter.NewLine(mean)
+		if err != nil {
+			return nil, fmt.Errorf("nb: mean %s of group %q: %w", metric, g.Name, err)
+		}
+		line.Color, line.Width = col, vg.Points(2)
+		p.Add(line)
+		p.Legend.Add(fmt.Sprintf("%s (mean of %d)", g.Name, len(g.Runs)), line)
+	}
+	return p, nil
 }

@@ -110,3 +110,72 @@ func perturb(rng *rand.Rand, v int64) int64 {
 	}
 	return v - k
 }
+
+// Overconfident returns an agent that is imperfect the way an untrained model is: it trusts its
+// mental arithmetic on what looks easy and is often wrong there. On an expression that LooksEasy
+// it answers at once with a guess, exact with probability MentalAccuracy(expr); on any other it
+// calls the tool and copies the result, as Expert does. Whether it skips the tool is therefore a
+// property of the task (short expressions without parentheses), not a coin flip, so the share
+// of tool calls of a policy warm-started on it is fixed by the task mix. The guess is
+// deterministic for a seed and a prompt.
+//
+// Mixed with Expert demonstrations (calc.Recipe: 30% expert, 70% overconfident) the warm-started
+// policy calls the tool on every long expression and, on short ones, now and then: GRPO's
+// rollouts find that the call pays on the short ones too.
+func Overconfident(seed uint64) agrl.Agent {
+	expert := Expert()
+	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		expr, err := exprOf(ep)
+		if err != nil {
+			return "", err
+		}
+		if !LooksEasy(expr) {
+			return expert.Act(ep)
+		}
+		v, err := Eval(expr)
+		if err != nil {
+			return agrl.AnswerText("0"), nil
+		}
+		h := fnv.New64a()
+		h.Write([]byte(ep.Prompt))
+		rng := rand.New(rand.NewPCG(seed^0x9e3779b97f4a7c15, h.Sum64()))
+		if rng.Float64() < MentalAccuracy(expr) {
+			return agrl.AnswerText(strconv.FormatInt(v, 10)), nil
+		}
+		return agrl.AnswerText(strconv.FormatInt(perturb(rng, v), 10)), nil
+	})
+}
+
+// LooksEasy reports whether expr looks like mental arithmetic: at most three operators, no
+// parentheses and no operand longer than two digits. The generator's easy (one operator) and
+// medium (two or three) tasks look easy; hard and extreme ones (parentheses, four or more
+// operators) do not.
+func LooksEasy(expr string) bool {
+	ops, run := 0, 0
+	for i := 0; i < len(expr); i++ {
+		c := expr[i]
+		switch {
+		case c >= '0' && c <= '9':
+			run++
+			if run > 2 {
+				return false
+			}
+			continue
+		case c == '(' || c == ')':
+			return false
+		case strings.IndexByte("+-*/", c) >= 0:
+			ops++
+		}
+		run = 0
+	}
+	return ops <= 3
+}
+
+// MentalAccuracy is the probability that Overconfident's guess at expr is exact: GuessAccuracy
+// less 0.2 for every product or quotient (multiplying two-digit numbers in one's head is where
+// guesses go wrong), at least 0.05. About 0.82 on the generator's easy tasks and 0.47 on medium.
+func MentalAccuracy(expr string) float64 {
+	p := GuessAccuracy(expr)
+	p -= 0.2 * float64(strings.Count(expr, "*")+strings.Count(expr, "/"))
+	return max(p, 0.05)
+}

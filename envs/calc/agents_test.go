@@ -153,3 +153,59 @@ func TestGuessAccuracy(t *testing.T) {
 		}
 	}
 }
+
+// The overconfident agent skips the tool exactly on what looks easy (the generator's easy and
+// medium tasks), so its tool-call share is a property of the task mix, the same for every seed;
+// there it guesses with MentalAccuracy; on the rest it solves the task as the expert does.
+func TestOverconfident(t *testing.T) {
+	wantSuccess := map[agrl.Difficulty][2]float64{ // within 3 binomial standard deviations of MentalAccuracy's means, 0.82 and 0.47
+		agrl.Easy:   {0.77, 0.88},
+		agrl.Medium: {0.41, 0.54},
+	}
+	for _, d := range agrl.Difficulties {
+		tasks := generate(t, 16, d, 1000)
+		for seed := uint64(1); seed <= 2; seed++ {
+			calls, success := 0, 0
+			for _, task := range tasks {
+				ep, err := agrl.Play(New(), task, Overconfident(seed), agrl.Limits{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				easy := LooksEasy(task.Meta["expr"])
+				if easy != (d == agrl.Easy || d == agrl.Medium) {
+					t.Fatalf("%s task %q: LooksEasy %v", d, task.Meta["expr"], easy)
+				}
+				if (ep.ToolCalls() > 0) == easy {
+					t.Fatalf("%s, looks easy %v: %s", d, easy, ep.Transcript())
+				}
+				if !easy && (!ep.Correct || len(ep.Turns) != 2) {
+					t.Fatalf("on a hard-looking task it should act as the expert: %s", ep.Transcript())
+				}
+				calls += min(ep.ToolCalls(), 1)
+				success += int(b2i(ep.Correct))
+			}
+			rate := float64(success) / float64(len(tasks))
+			t.Logf("%-7s seed %d: tool calls %d/%d, success %.3f", d, seed, calls, len(tasks), rate)
+			if b, ok := wantSuccess[d]; ok && (rate < b[0] || rate > b[1]) {
+				t.Errorf("%s seed %d: success %.3f, want in [%.2f, %.2f]", d, seed, rate, b[0], b[1])
+			}
+		}
+	}
+	for expr, want := range map[string]bool{"3+4": true, "12*7-3+40": true, "12+7-3+40-5": false, "(12+7)*3": false, "123+4": false, "99/9": true} {
+		if got := LooksEasy(expr); got != want {
+			t.Errorf("LooksEasy(%q) = %v", expr, got)
+		}
+	}
+	for expr, want := range map[string]float64{"3+4": 1, "12*7": 0.7, "12*7-33/11": 0.2, "99*99*99/9": 0.05} {
+		if got := MentalAccuracy(expr); math.Abs(got-want) > 1e-9 {
+			t.Errorf("MentalAccuracy(%q) = %v, want %v", expr, got, want)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -77,3 +77,26 @@ func ExampleGuesser() {
 	// <answer>19</answer>
 	// correct true, reward 0.7
 }
+
+// The overconfident agent guesses what looks easy and calls the tool on the rest: here a wrong
+// guess at a product, and a long expression solved with the tool.
+func ExampleOverconfident() {
+	for _, expr := range []string{"47*83-12", "(12+7)*3-40/8"} {
+		task, _ := calc.NewTask(expr, agrl.Medium)
+		ep, _ := agrl.Play(calc.New(), task, calc.Overconfident(4), agrl.Limits{})
+		reward, _ := calc.Rubric().Score(ep)
+		fmt.Printf("looks easy %v, mental accuracy %.2f\n%s\ncorrect %v, reward %.1f\n\n", calc.LooksEasy(expr), calc.MentalAccuracy(expr), ep.Transcript(), ep.Correct, reward)
+	}
+	// Output:
+	// looks easy true, mental accuracy 0.55
+	// Compute: 47*83-12
+	// <answer>3887</answer>
+	// correct false, reward 0.2
+	//
+	// looks easy false, mental accuracy 0.05
+	// Compute: (12+7)*3-40/8
+	// <tool>calc((12+7)*3-40/8)</tool>
+	// <obs>52</obs>
+	// <answer>52</answer>
+	// correct true, reward 1.0
+}

@@ -24,8 +24,8 @@ import "agrl.dev/agrl"
 func Recipe() agrl.GRPO {
 	return agrl.NewGRPO().Env(New()).Rubric(Rubric()).Policy(agrl.TinyLM()).
 		WarmStart(agrl.SFT().Steps(2000),
-			agrl.Demo{Name: "expert", Agent: Expert(), Weight: 0.6},
-			agrl.Demo{Name: "guess", NewAgent: Guesser, Weight: 0.4, After: 0.5}).
+			agrl.Demo{Name: "expert", Agent: Expert(), Weight: 0.3},
+			agrl.Demo{Name: "guess", NewAgent: Overconfident, Weight: 0.7}).
 		DemoEpisodes(16384).DemoMix(agrl.NewMix(1).Easy(0.1).Medium(0.3).Hard(0.6)).
 		Steps(300).Group(8).TasksPerStep(4).LR(1e-4).KL(0.01).ClipEps(0.2).
 		Temperature(0.5).EvalTemperature(0.3).MaxActionTokens(80).

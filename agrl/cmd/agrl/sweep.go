@@ -26,8 +26,9 @@ var sweepable = map[string]func(f *trainFlags, v string) error{
 	"temperature": floatFlag(func(f *trainFlags) *float64 {
 		return &f.temp
 	}),
-	"group": intFlag(func(f *trainFlags) *int { return &f.group }),
-	"tasks": intFlag(func(f *trainFlags) *int { return &f.tasks }),
+	"group":      intFlag(func(f *trainFlags) *int { return &f.group }),
+	"tasks":      intFlag(func(f *trainFlags) *int { return &f.tasks }),
+	"curriculum": intFlag(func(f *trainFlags) *int { return &f.curriculum }),
 	"seed": func(f *trainFlags, v string) error {
 		n, err := strconv.ParseUint(v, 10, 64)
 		f.seed = n
@@ -124,14 +125,31 @@ func cmdSweep(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("sweep", stderr)
 	var f trainFlags
 	f.register(fs, args)
-	grid := fs.String("grid", "", `the grid, e.g. "lr=1e-4,3e-4;kl=0,0.01" (axes: `+strings.Join(sweepNames(), ", ")+")")
+	grid := fs.String("grid", "", `the grid, e.g. "lr=1e-4,3e-4;kl=0,0.01" (axes: `+strings.Join(sweepNames(), ", ")+"); may be empty with -seeds")
+	seeds := fs.Int("seeds", 1, "train every grid point with this many seeds, -seed, -seed+1, …, each with its own warm start, and report mean ± 95% interval over them")
 	fs.StringVar(&f.out, "out", "", "sweep directory (default runs/sweep-ENV)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
-	points, err := parseGrid(*grid)
-	if err != nil {
-		return usageError{err}
+	if *seeds < 1 || *seeds > 64 {
+		return usageError{fmt.Errorf("-seeds %d: want 1..64", *seeds)}
+	}
+	points := []gridPoint{nil}
+	if strings.TrimSpace(*grid) != "" || *seeds == 1 {
+		var err error
+		if points, err = parseGrid(*grid); err != nil {
+			return usageError{err}
+		}
+	}
+	if *seeds > 1 {
+		for _, kv := range points[0] {
+			if kv[0] == "seed" {
+				return usageError{errors.New("-seeds with a seed axis in -grid: use one or the other")}
+			}
+		}
+		if len(points)**seeds > 64 {
+			return usageError{fmt.Errorf("%d grid points × %d seeds = %d runs; at most 64", len(points), *seeds, len(points)**seeds)}
+		}
 	}
 	if f.out == "" {
 		f.out = filepath.Join("runs", "sweep-"+f.env)
@@ -162,7 +180,12 @@ func cmdSweep(args []string, stdout, stderr io.Writer) error {
 	learn.ExecTimeout = f.watchdog
 	ctx, stop := signalContext(stderr)
 	defer stop()
-	err = sweep(ctx, f, points, stdout, stderr)
+	var err error
+	if *seeds > 1 {
+		err = seedSweep(ctx, f, points, *seeds, stdout, stderr)
+	} else {
+		err = sweep(ctx, f, points, stdout, stderr)
+	}
 	return asInterrupted(ctx, err)
 }
 
@@ -172,45 +195,103 @@ func sweep(ctx context.Context, f trainFlags, points []gridPoint, stdout, stderr
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
-
-	// One warm start shared by every point: SFT once, then each point starts from its checkpoint.
-	base := f
-	if f.from == "" && f.sftSteps > 0 {
-		ws := f
-		ws.steps, ws.out, ws.evalEvery = 0, filepath.Join(root, "warm-start"), 0
-		fmt.Fprintf(stdout, "== warm start (shared by %d runs) in %s\n", len(points), ws.out)
-		g, err := ws.config(stderr)
-		if err != nil {
-			return err
-		}
-		if _, err := train(ctx, g, ws, stdout, stderr); err != nil {
-			return err
-		}
-		base.from = filepath.Join(ws.out, agrl.RunCheckpointsDir)
+	base, err := warmStart(ctx, f, filepath.Join(root, "warm-start"), len(points), stdout, stderr)
+	if err != nil {
+		return err
 	}
-
 	var runs []*agrl.Run
 	for i, p := range points {
-		pf := base
-		for _, kv := range p {
-			if err := sweepable[kv[0]](&pf, kv[1]); err != nil {
-				return err
-			}
-		}
-		pf.out = filepath.Join(root, p.name())
 		fmt.Fprintf(stdout, "== run %d/%d: %s\n", i+1, len(points), p.name())
-		g, err := pf.config(stderr)
+		run, err := trainPoint(ctx, base, p, filepath.Join(root, p.name()), stdout, stderr)
 		if err != nil {
 			return err
-		}
-		run, err := train(ctx, g, pf, stdout, stderr)
-		if err != nil {
-			return fmt.Errorf("run %s: %w", p.name(), err)
 		}
 		run.Name = p.name()
 		runs = append(runs, run)
 	}
 	return writeSweep(root, points, runs, stdout)
+}
+
+// warmStart trains the warm start that the runs of a sweep share into dir (SFT once; each run
+// starts from its checkpoint) and returns the flags that start from it. Without SFT steps, or
+// with -from, there is nothing to share and f is returned as it is.
+func warmStart(ctx context.Context, f trainFlags, dir string, runs int, stdout, stderr io.Writer) (trainFlags, error) {
+	if f.from != "" || f.sftSteps <= 0 {
+		return f, nil
+	}
+	ws := f
+	ws.steps, ws.out, ws.evalEvery = 0, dir, 0
+	fmt.Fprintf(stdout, "== warm start (seed %d, shared by %d runs) in %s\n", f.seed, runs, ws.out)
+	g, err := ws.config(stderr)
+	if err != nil {
+		return f, err
+	}
+	if _, err := train(ctx, g, ws, stdout, stderr); err != nil {
+		return f, err
+	}
+	f.from = filepath.Join(ws.out, agrl.RunCheckpointsDir)
+	return f, nil
+}
+
+// trainPoint trains one grid point from base's flags into dir.
+func trainPoint(ctx context.Context, base trainFlags, p gridPoint, dir string, stdout, stderr io.Writer) (*agrl.Run, error) {
+	pf := base
+	for _, kv := range p {
+		if err := sweepable[kv[0]](&pf, kv[1]); err != nil {
+			return nil, err
+		}
+	}
+	pf.out = dir
+	g, err := pf.config(stderr)
+	if err != nil {
+		return nil, err
+	}
+	run, err := train(ctx, g, pf, stdout, stderr)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", dir, err)
+	}
+	return run, nil
+}
+
+// seedSweep trains every point with n seeds, f.seed, f.seed+1, …: each seed has its own warm
+// start (the warm start is where seeds differ most), shared by that seed's points. Runs are
+// written to OUT/POINT/seed-S (OUT/seed-S without a grid), warm starts to OUT/warm-start/seed-S.
+func seedSweep(ctx context.Context, f trainFlags, points []gridPoint, n int, stdout, stderr io.Writer) error {
+	root := f.out
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	runs := make([][]*agrl.Run, len(points))
+	for k := range n {
+		sf := f
+		sf.seed = f.seed + uint64(k)
+		seedDir := fmt.Sprintf("seed-%d", sf.seed)
+		base := sf
+		if len(points) > 1 {
+			var err error
+			if base, err = warmStart(ctx, sf, filepath.Join(root, "warm-start", seedDir), len(points), stdout, stderr); err != nil {
+				return err
+			}
+		}
+		for i, p := range points {
+			dir := filepath.Join(root, p.name(), seedDir)
+			fmt.Fprintf(stdout, "== seed %d (%d/%d)%s\n", sf.seed, k+1, n, pointLabel(p))
+			run, err := trainPoint(ctx, base, p, dir, stdout, stderr)
+			if err != nil {
+				return err
+			}
+			run.Name = seedDir
+			runs[i] = append(runs[i], run)
+		}
+	}
+	return writeSeedSweep(root, f.env, points, runs, stdout)
+}
+
+func pointLabel(p gridPoint) string {
+	if len(p) == 0 {
+		return ""
+	}
+	return ": " + p.name()
 }
 
 func sweepNames() []string {
@@ -272,6 +353,71 @@ func writeSweep(root string, points []gridPoint, runs []*agrl.Run, stdout io.Wri
 		return err
 	}
 	png, err := nb.CompareRunsPNG(runs, agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "curves.png"), png, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, md.String())
+	fmt.Fprintf(stdout, "wrote %s, %s and %s\n", filepath.Join(root, "results.csv"), filepath.Join(root, "results.md"), filepath.Join(root, "curves.png"))
+	return nil
+}
+
+// writeSeedSweep writes results.csv (one row per run), results.md (per point: mean ± 95%
+// interval over seeds, then the per-seed rows) and curves.png (each seed faint, the mean bold)
+// into the sweep directory, and prints results.md.
+func writeSeedSweep(root, env string, points []gridPoint, runs [][]*agrl.Run, stdout io.Writer) error {
+	header := []string{"point", "seed"}
+	var md strings.Builder
+	var groups []nb.RunGroup
+	rows := [][]string{}
+	for i, p := range points {
+		name := p.name()
+		if name == "" {
+			name = env
+		}
+		st, err := agrl.CompareSeeds(name, runs[i])
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			for _, ss := range st.Splits {
+				header = append(header, ss.Split.String()+"_before", ss.Split.String()+"_after")
+			}
+			header = append(header, "zero_std_late", "wall_seconds")
+			rows = append(rows, header)
+		}
+		for _, row := range st.Rows {
+			r := []string{name, fmt.Sprint(row.Seed)}
+			for _, ss := range st.Splits {
+				r = append(r, fmt.Sprintf("%.4f", row.Before[ss.Split]), fmt.Sprintf("%.4f", row.After[ss.Split]))
+			}
+			rows = append(rows, append(r, fmt.Sprintf("%.4f", row.ZeroStdLate), fmt.Sprintf("%.0f", row.WallSeconds)))
+		}
+		if i > 0 {
+			md.WriteString("\n")
+		}
+		md.WriteString(st.Markdown())
+		groups = append(groups, nb.RunGroup{Name: name, Runs: runs[i]})
+	}
+	f, err := os.Create(filepath.Join(root, "results.csv"))
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	if err := w.WriteAll(rows); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(root, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return err
+	}
+	metrics := []string{agrl.MetricSuccess, agrl.MetricReward, agrl.MetricFracRewardZeroStd, agrl.MetricToolCallRate}
+	png, err := nb.NewChart().Smooth(10).SeedsPNG(groups, metrics...)
 	if err != nil {
 		return err
 	}

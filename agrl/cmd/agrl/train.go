@@ -34,7 +34,7 @@ type trainFlags struct {
 	temp, evalTemp                    float64
 	seed                              uint64
 	dynamic, quiet                    bool
-	checkpointEvery                   int
+	checkpointEvery, curriculum       int
 	newSettings                       bool
 	watchdog                          time.Duration
 }
@@ -138,6 +138,7 @@ func (f *trainFlags) register(fs interface {
 	fs.Float64Var(&f.evalTemp, "eval-temperature", r.EvalTemperature, "sampling temperature of evaluations")
 	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
+	fs.IntVar(&f.curriculum, "curriculum", r.Curriculum, "adapt the task mix to the difficulties whose groups carried signal over the last N steps (0: the fixed mix)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
@@ -209,7 +210,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	g = g.Policy(lm).Steps(f.steps).Group(f.group).TasksPerStep(f.tasks).LR(f.lr).KL(f.kl).ClipEps(f.clip).
 		Temperature(f.temp).EvalTemperature(f.evalTemp).MaxTokens(f.maxTokens).MaxActionTokens(f.maxActionTokens).
 		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).CheckpointEvery(f.checkpointEvery).DynamicSampling(f.dynamic).
-		Seed(f.seed).Out(f.out).ResumeWithNewSettings(f.newSettings)
+		Curriculum(f.curriculum).Seed(f.seed).Out(f.out).ResumeWithNewSettings(f.newSettings)
 	if f.clipHigh > 0 {
 		g = g.ClipHigh(f.clipHigh)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,5 +171,73 @@ func TestTrainShowsWarmStartProgress(t *testing.T) {
 	}
 	if strings.Contains(stderr, "warm start 3/40 [") {
 		t.Errorf("a line for every step on a non-terminal:\n%s", stderr)
+	}
+}
+
+// A seeds sweep trains each seed from its own warm start and reports mean ± interval over seeds,
+// computed from the runs' own evaluations.
+func TestSweepSeeds(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "seeds")
+	code, stdout, stderr := runCLI(append([]string{"sweep", "--env", "calc", "--seeds", "3", "--seed", "7", "--out", out}, quick...)...)
+	if code != 0 {
+		t.Fatalf("sweep: exit %d: %s", code, stderr)
+	}
+	var runs []*agrl.Run
+	for _, s := range []string{"seed-7", "seed-8", "seed-9"} {
+		r, err := agrl.OpenRun(filepath.Join(out, s))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Summary == nil || r.Summary.Status != "completed" || r.Summary.SFT == nil {
+			t.Fatalf("%s: summary %+v", s, r.Summary)
+		}
+		runs = append(runs, r)
+	}
+	if runs[0].Config.Seed != 7 || runs[2].Config.Seed != 9 {
+		t.Errorf("seeds %d, %d", runs[0].Config.Seed, runs[2].Config.Seed)
+	}
+	// The reported test numbers are the mean and t interval of the runs' own.
+	var gains []float64
+	for _, r := range runs {
+		gains = append(gains, r.Summary.Final.TestSuccess-r.Summary.SFT.TestSuccess)
+	}
+	iv, err := agrl.MeanCI(gains)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRow := fmt.Sprintf("| test | %.1f", 100*(runs[0].Summary.SFT.TestSuccess+runs[1].Summary.SFT.TestSuccess+runs[2].Summary.SFT.TestSuccess)/3)
+	wantGain := fmt.Sprintf("[%+.1f, %+.1f]", 100*iv.Lo, 100*iv.Hi)
+	for _, want := range []string{"calc, 3 seeds (seeds 7, 8, 9)", wantRow, wantGain, "| 8 | seed-8 |"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("results lack %q:\n%s", want, stdout)
+		}
+	}
+	for _, f := range []string{"results.csv", "results.md", "curves.png"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	csvText, _ := os.ReadFile(filepath.Join(out, "results.csv"))
+	if lines := strings.Count(string(csvText), "\n"); lines != 4 || !strings.HasPrefix(string(csvText), "point,seed,dev_before,dev_after,test_before") {
+		t.Errorf("results.csv:\n%s", csvText)
+	}
+
+	// With a grid, each seed's warm start is shared by that seed's points.
+	out2 := filepath.Join(t.TempDir(), "grid")
+	code, stdout, stderr = runCLI(append([]string{"sweep", "--env", "calc", "--grid", "kl=0,0.05", "--seeds", "2", "--out", out2}, quick...)...)
+	if code != 0 {
+		t.Fatalf("grid sweep: exit %d: %s", code, stderr)
+	}
+	for _, f := range []string{"warm-start/seed-1/summary.json", "warm-start/seed-2/summary.json", "kl=0/seed-1/summary.json", "kl=0.05/seed-2/summary.json"} {
+		if _, err := os.Stat(filepath.Join(out2, f)); err != nil {
+			t.Errorf("grid sweep output: %v", err)
+		}
+	}
+	if !strings.Contains(stdout, "kl=0, 2 seeds (seeds 1, 2)") || !strings.Contains(stdout, "kl=0.05, 2 seeds") {
+		t.Errorf("grid results:\n%s", stdout)
+	}
+	// A seed axis and -seeds together are refused.
+	if code, _, errOut := runCLI(append([]string{"sweep", "--env", "calc", "--grid", "seed=1,2", "--seeds", "2", "--out", out2}, quick...)...); code != 2 || !strings.Contains(errOut, "one or the other") {
+		t.Errorf("seed axis with -seeds: exit %d: %s", code, errOut)
 	}
 }
