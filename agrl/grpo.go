@@ -56,6 +56,8 @@ type GRPOSpec struct {
 	MaxActionTokens              int
 	DynamicSampling              bool
 	Curriculum                   int
+	Gamma                        float64
+	TurnAdvantages               bool
 	MaskTruncated                bool
 	EvalEvery, EvalTasks         int
 	TrajectoriesEvery            int
@@ -125,7 +127,7 @@ func NewGRPO() GRPO {
 		Mix: NewMix(1), Group: 8, TasksPerStep: 4, ClipLow: 0.2, ClipHigh: 0.2, KL: 0.01, KLEstimator: K3,
 		Optimizer: NewAdamW(), Epochs: 1, Minibatches: 1, AdvantageNorm: NormStd, LossNorm: TokenMean,
 		Temperature: 0.8, EvalTemperature: 0.3, EvalEvery: 25, EvalTasks: 64, TrajectoriesEvery: 25, CheckpointEvery: 25,
-		Seed: 1, Steps: 100, DemoEpisodes: 512,
+		Seed: 1, Steps: 100, DemoEpisodes: 512, Gamma: 1,
 	}}
 }
 
@@ -272,6 +274,18 @@ func (g GRPO) DynamicSampling(on bool) GRPO { g.s.DynamicSampling = on; return g
 // Mix's own proportions.
 func (g GRPO) Curriculum(window int) GRPO { g.s.Curriculum = window; return g }
 
+// Gamma sets the discount γ (0 < γ ≤ 1; default 1) of the returns that advantages are computed
+// from (Rubric.Returns): with γ < 1 a reward counts less the more turns lie between the action
+// and it, so shorter solutions earn more. With γ = 1 and no per-turn rubric components the
+// returns are the episode rewards, as in plain GRPO.
+func (g GRPO) Gamma(gamma float64) GRPO { g.s.Gamma = gamma; return g }
+
+// TurnAdvantages gives each turn's tokens the advantage of its own return (from that turn on,
+// Rubric.Returns) against the group's baseline (agrl.GroupTurnAdvantages), instead of one
+// advantage per episode: turn-level credit, which only changes anything with per-turn rubric
+// components (Rubric.AddTurn) or γ < 1.
+func (g GRPO) TurnAdvantages(on bool) GRPO { g.s.TurnAdvantages = on; return g }
+
 // MaskTruncated leaves episodes cut off by the token budget out of the loss instead of training
 // on their (penalised) reward (DAPO's overlong filtering).
 func (g GRPO) MaskTruncated(on bool) GRPO { g.s.MaskTruncated = on; return g }
@@ -409,6 +423,9 @@ func (g GRPO) Validate() error {
 	if bad(g.s.EvalTemperature) || g.s.EvalTemperature < 0 {
 		add("eval temperature %v; want >= 0", g.s.EvalTemperature)
 	}
+	if !(g.s.Gamma > 0 && g.s.Gamma <= 1) {
+		add("discount γ %v; want 0 < γ <= 1", g.s.Gamma)
+	}
 	if g.s.Curriculum < 0 {
 		add("curriculum window %d; want >= 0 steps (0: off)", g.s.Curriculum)
 	}
@@ -475,6 +492,8 @@ type GRPOConfig struct {
 	MaxActionTokens int                    `json:"max_action_tokens"`
 	DynamicSampling bool                   `json:"dynamic_sampling"`
 	Curriculum      int                    `json:"curriculum,omitempty"`
+	Gamma           float64                `json:"gamma,omitempty"` // omitted when 1
+	TurnAdvantages  bool                   `json:"turn_advantages,omitempty"`
 	MaskTruncated   bool                   `json:"mask_truncated"`
 	EvalEvery       int                    `json:"eval_every"`
 	EvalTasks       int                    `json:"eval_tasks"`
@@ -493,7 +512,7 @@ func (g GRPO) Resolved() GRPOConfig {
 		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm, LossNorm: g.s.LossNorm,
 		Temperature: g.s.Temperature, EvalTemperature: g.s.EvalTemperature, MaxTurns: g.s.MaxTurns,
 		MaxTokens: g.s.MaxTokens, MaxActionTokens: g.s.MaxActionTokens, DynamicSampling: g.s.DynamicSampling,
-		Curriculum:    g.s.Curriculum,
+		Curriculum: g.s.Curriculum, TurnAdvantages: g.s.TurnAdvantages,
 		MaskTruncated: g.s.MaskTruncated, EvalEvery: g.s.EvalEvery, EvalTasks: g.s.EvalTasks,
 		Trajectories: g.s.TrajectoriesEvery, CheckpointEvery: g.s.CheckpointEvery, Seed: g.s.Seed, Steps: g.s.Steps,
 		Out: g.s.Out, From: g.s.From,
@@ -508,6 +527,9 @@ func (g GRPO) Resolved() GRPOConfig {
 		for _, name := range g.s.Rubric.Names() {
 			c.Rubric = append(c.Rubric, RewardTerm{Name: name, Weight: g.s.Rubric.Weights()[name]})
 		}
+	}
+	if g.s.Gamma != 1 {
+		c.Gamma = g.s.Gamma
 	}
 	c.Mix = g.s.Mix.Fractions()
 	c.Policy = g.policyConfig().record()

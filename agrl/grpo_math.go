@@ -213,3 +213,79 @@ func NormalizeLoss(norm LossNorm, tokenLoss [][]float64, mask [][]uint8, constLe
 		return total / float64(tokens), nil
 	}
 }
+
+// GroupTurnAdvantages is GroupAdvantages with turn-level credit: returns[i] holds episode i's
+// returns from each of its turns (Rubric.Returns), and turn k of episode i gets the advantage
+//
+//	A_{i,k} = (G_{i,k} − mean_j G_{j,0}) · scale
+//
+// with the group's baseline and scale (1/(sample std + AdvantageEps) with NormStd) taken from the
+// episodes' whole returns G_{j,0}, exactly as GroupAdvantages takes them from the rewards. When
+// every return is the episode's reward (no per-turn rewards, γ = 1) it equals GroupAdvantages
+// at every turn. A group whose whole returns are all equal gets 0 at every turn and is counted
+// in ZeroStd. It is an error for an episode to have no return.
+func GroupTurnAdvantages(returns [][]float64, group int, norm AdvantageNorm) ([][]float64, GroupStats, error) {
+	whole := make([]float64, len(returns))
+	for i, g := range returns {
+		if len(g) == 0 {
+			return nil, GroupStats{}, fmt.Errorf("agrl: episode %d has no return", i)
+		}
+		for k, v := range g {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, GroupStats{}, fmt.Errorf("agrl: return %d of episode %d is %v", k, i, v)
+			}
+		}
+		whole[i] = g[0]
+	}
+	adv, stats, err := GroupAdvantages(whole, group, norm)
+	if err != nil {
+		return nil, stats, err
+	}
+	out := make([][]float64, len(returns))
+	for start := 0; start < len(returns); start += group {
+		allZero, mean := true, 0.0
+		for i := start; i < start+group; i++ {
+			allZero = allZero && adv[i] == 0
+			mean += whole[i]
+		}
+		mean /= float64(group)
+		scale := 1.0 // the same arithmetic as GroupAdvantages, so turn 0 equals its advantage
+		if norm == NormStd {
+			v := 0.0
+			for j := start; j < start+group; j++ {
+				v += (whole[j] - mean) * (whole[j] - mean)
+			}
+			scale = 1 / (math.Sqrt(v/float64(group-1)) + AdvantageEps)
+		}
+		for i := start; i < start+group; i++ {
+			out[i] = make([]float64, len(returns[i]))
+			if allZero {
+				continue
+			}
+			for k, g := range returns[i] {
+				out[i][k] = (g - mean) * scale
+			}
+		}
+	}
+	return out, stats, nil
+}
+
+// TurnSpans returns the [start, end) token ranges of the policy's turns in an episode's loss
+// mask: its maximal runs of 1s, in order (the sampler writes each action as one run, and
+// every observation between two actions is masked out).
+func TurnSpans(mask []uint8) [][2]int {
+	var spans [][2]int
+	for i := 0; i < len(mask); {
+		if mask[i] == 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < len(mask) && mask[j] != 0 {
+			j++
+		}
+		spans = append(spans, [2]int{i, j})
+		i = j
+	}
+	return spans
+}

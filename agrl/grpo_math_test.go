@@ -2,6 +2,7 @@ package agrl
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -135,5 +136,114 @@ func TestNormalizeLossFullyMaskedSequence(t *testing.T) {
 		if got, err := NormalizeLoss(norm, [][]float64{{7}, {8}}, [][]uint8{{0}, {0}}, 10); err != nil || got != 0 {
 			t.Errorf("%s of masked sequences: %v %v", norm, got, err)
 		}
+	}
+}
+
+// turnRubric scores 0.25 for every tool call (a per-turn component) and 1 for a correct answer.
+func turnRubric() Rubric {
+	return NewRubric().Add("answer", ExactAnswer, 1).
+		AddTurn("call", func(ep *Episode, k int) float64 { return b2f(ep.Turns[k].Action.Kind == ToolCall) }, 0.25)
+}
+
+func TestTurnRewardsAndReturns(t *testing.T) {
+	ep := &Episode{Turns: []Turn{{Action: Action{Kind: ToolCall}}, {Action: Action{Kind: ToolCall}}, {Action: Action{Kind: AnswerAction}}},
+		Termination: Answered, Correct: true}
+	r := turnRubric()
+	if !r.HasTurnTerms() || NewRubric().Add("a", ExactAnswer, 1).HasTurnTerms() {
+		t.Error("HasTurnTerms")
+	}
+	// The reward sums the turns: 1 + 0.25·2; the breakdown holds the turn component's sum.
+	if reward, err := r.Score(ep); err != nil || reward != 1.5 || ep.Rewards[1].Value != 2 {
+		t.Fatalf("Score = %v, %v, %+v", reward, err, ep.Rewards)
+	}
+	tr, err := r.TurnRewards(ep)
+	if err != nil || !slices.Equal(tr, []float64{0.25, 0.25, 0}) {
+		t.Fatalf("TurnRewards = %v, %v", tr, err)
+	}
+	// γ = 0.5, hand-computed: G_2 = 0 + 1 = 1; G_1 = 0.25 + 0.5·1 = 0.75; G_0 = 0.25 + 0.5·0.75 = 0.625.
+	g, err := r.Returns(ep, 0.5)
+	if err != nil || !slices.Equal(g, []float64{0.625, 0.75, 1}) {
+		t.Fatalf("Returns(0.5) = %v, %v", g, err)
+	}
+	// γ = 1: G_0 is the reward.
+	if g, _ := r.Returns(ep, 1); !slices.Equal(g, []float64{1.5, 1.25, 1}) {
+		t.Errorf("Returns(1) = %v", g)
+	}
+	// Without per-turn components and γ = 1 every return is the reward.
+	if g, _ := NewRubric().Add("answer", ExactAnswer, 1).Returns(ep, 1); !slices.Equal(g, []float64{1, 1, 1}) {
+		t.Errorf("outcome-only returns %v", g)
+	}
+	if g, _ := r.Returns(&Episode{Correct: true}, 0.9); !slices.Equal(g, []float64{1}) {
+		t.Errorf("no turns: %v", g)
+	}
+	for _, bad := range []float64{0, -0.5, 1.5, math.NaN()} {
+		if _, err := r.Returns(ep, bad); err == nil {
+			t.Errorf("γ = %v: no error", bad)
+		}
+	}
+	nan := NewRubric().AddTurn("nan", func(*Episode, int) float64 { return math.NaN() }, 1)
+	if _, err := nan.TurnRewards(ep); err == nil {
+		t.Error("NaN turn reward: no error")
+	}
+	if err := NewRubric().AddTurn("nil", nil, 1).Validate(); err == nil {
+		t.Error("nil turn function: no error")
+	}
+}
+
+func TestGroupTurnAdvantages(t *testing.T) {
+	// Whole returns 1 and 3 (mean 2, sample std √2): scale 1/(√2+ε).
+	returns := [][]float64{{1, 0.5}, {3, 2, 1}, {5, 5}, {5}}
+	adv, st, err := GroupTurnAdvantages(returns, 2, NormStd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := 1 / (math.Sqrt2 + AdvantageEps)
+	want := [][]float64{{-1 * s, -1.5 * s}, {1 * s, 0, -1 * s}, {0, 0}, {0}}
+	for i := range want {
+		for k := range want[i] {
+			if math.Abs(adv[i][k]-want[i][k]) > 1e-12 {
+				t.Errorf("A[%d][%d] = %v, want %v", i, k, adv[i][k], want[i][k])
+			}
+		}
+	}
+	if st.Groups != 2 || st.ZeroStd != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	// Equal returns at every turn: exactly GroupAdvantages' advantages at every turn.
+	rewards := []float64{0.2, 1, 0.7, 0.7, 0, 1}
+	flat, _, _ := GroupAdvantages(rewards, 3, NormStd)
+	var rr [][]float64
+	for _, r := range rewards {
+		rr = append(rr, []float64{r, r, r})
+	}
+	turn, _, err := GroupTurnAdvantages(rr, 3, NormStd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rewards {
+		for k := range 3 {
+			if turn[i][k] != flat[i] {
+				t.Errorf("episode %d turn %d: %v, GroupAdvantages %v", i, k, turn[i][k], flat[i])
+			}
+		}
+	}
+	if nn, _, _ := GroupTurnAdvantages([][]float64{{1, 0}, {3, 1}}, 2, NormNone); nn[0][1] != -2 || nn[1][1] != -1 {
+		t.Errorf("NormNone: %v", nn)
+	}
+	if _, _, err := GroupTurnAdvantages([][]float64{{1}, {}}, 2, NormStd); err == nil {
+		t.Error("empty returns: no error")
+	}
+	if _, _, err := GroupTurnAdvantages([][]float64{{1}, {math.Inf(1)}}, 2, NormStd); err == nil {
+		t.Error("infinite return: no error")
+	}
+}
+
+func TestTurnSpans(t *testing.T) {
+	got := TurnSpans([]uint8{0, 0, 1, 1, 0, 0, 1, 0, 1, 1})
+	if want := [][2]int{{2, 4}, {6, 7}, {8, 10}}; !slices.Equal(got, want) {
+		t.Errorf("TurnSpans = %v, want %v", got, want)
+	}
+	if got := TurnSpans([]uint8{0, 0}); len(got) != 0 {
+		t.Errorf("no policy tokens: %v", got)
 	}
 }

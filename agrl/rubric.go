@@ -23,7 +23,33 @@ type Rubric struct {
 type rubricTerm struct {
 	name   string
 	fn     RewardFunc
+	turnFn TurnRewardFunc // set instead of fn for a per-turn component
 	weight float64
+}
+
+// TurnRewardFunc scores one turn of a finished episode (turn indexes ep.Turns). It must not
+// modify the episode.
+type TurnRewardFunc func(ep *Episode, turn int) float64
+
+// AddTurn returns a copy of the rubric with one more component that scores each turn (a
+// process reward: a search that retrieved a needed fact, a tool result that the answer uses).
+// In the episode's reward and breakdown its value is the sum over the turns; TurnRewards and
+// Returns give the per-turn values, which GRPO's turn-level credit (GRPO.TurnAdvantages) and
+// discount (GRPO.Gamma) use.
+func (r Rubric) AddTurn(name string, fn TurnRewardFunc, weight float64) Rubric {
+	terms := make([]rubricTerm, len(r.terms), len(r.terms)+1)
+	copy(terms, r.terms)
+	return Rubric{terms: append(terms, rubricTerm{name: name, turnFn: fn, weight: weight})}
+}
+
+// HasTurnTerms reports whether some component scores turns (AddTurn).
+func (r Rubric) HasTurnTerms() bool {
+	for _, t := range r.terms {
+		if t.turnFn != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // NewRubric returns an empty rubric.
@@ -84,7 +110,7 @@ func (r Rubric) Validate() error {
 			errs = append(errs, fmt.Errorf("rubric component %q added twice", t.name))
 		}
 		seen[t.name] = true
-		if t.fn == nil {
+		if t.fn == nil && t.turnFn == nil {
 			errs = append(errs, fmt.Errorf("rubric component %q has no function (unknown name given to Weight?)", t.name))
 		}
 		if math.IsNaN(t.weight) || math.IsInf(t.weight, 0) {
@@ -110,7 +136,14 @@ func (r Rubric) Score(ep *Episode) (float64, error) {
 	terms := make([]RewardTerm, 0, len(r.terms))
 	total := 0.0
 	for _, t := range r.terms {
-		v := t.fn(ep)
+		var v float64
+		if t.turnFn != nil {
+			for k := range ep.Turns {
+				v += t.turnFn(ep, k)
+			}
+		} else {
+			v = t.fn(ep)
+		}
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return 0, fmt.Errorf("agrl: reward component %q returned %v on task %s", t.name, v, ep.Task.ID)
 		}
@@ -119,6 +152,72 @@ func (r Rubric) Score(ep *Episode) (float64, error) {
 	}
 	ep.Reward, ep.Rewards = total, terms
 	return total, nil
+}
+
+// TurnRewards returns the weighted sum of the per-turn components (AddTurn) at each turn of
+// the episode, one value per turn (all 0 when the rubric has none). A component that returns NaN
+// or ±Inf is an error.
+func (r Rubric) TurnRewards(ep *Episode) ([]float64, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	if ep == nil {
+		return nil, errors.New("agrl: TurnRewards of a nil episode")
+	}
+	out := make([]float64, len(ep.Turns))
+	for _, t := range r.terms {
+		if t.turnFn == nil {
+			continue
+		}
+		for k := range ep.Turns {
+			v := t.turnFn(ep, k)
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("agrl: reward component %q returned %v at turn %d of task %s", t.name, v, k, ep.Task.ID)
+			}
+			out[k] += t.weight * v
+		}
+	}
+	return out, nil
+}
+
+// Returns gives the episode's discounted return from each turn on: with t_j the turn rewards
+// (TurnRewards) of its T turns and R the rest of its reward (the episode-level components,
+// credited at the last turn),
+//
+//	G_k = Σ_{j ≥ k} γ^{j−k} t_j + γ^{T−1−k} R.
+//
+// With γ = 1, G_0 is the episode's reward; with no per-turn components and γ = 1 every G_k is.
+// An episode without turns has the single return R. It is an error for γ to lie outside
+// (0, 1].
+func (r Rubric) Returns(ep *Episode, gamma float64) ([]float64, error) {
+	if !(gamma > 0 && gamma <= 1) {
+		return nil, fmt.Errorf("agrl: discount γ = %v: want 0 < γ ≤ 1", gamma)
+	}
+	if _, err := r.Score(ep); err != nil {
+		return nil, err
+	}
+	turns, err := r.TurnRewards(ep)
+	if err != nil {
+		return nil, err
+	}
+	outcome := ep.Reward
+	for _, v := range turns {
+		outcome -= v
+	}
+	if len(turns) == 0 {
+		return []float64{outcome}, nil
+	}
+	g := make([]float64, len(turns))
+	next := outcome
+	for k := len(turns) - 1; k >= 0; k-- {
+		if k == len(turns)-1 {
+			g[k] = turns[k] + outcome
+		} else {
+			g[k] = turns[k] + gamma*next
+		}
+		next = g[k]
+	}
+	return g, nil
 }
 
 // Built-in reward components. Each is a RewardFunc over a finished episode; give penalties a

@@ -28,10 +28,16 @@ type Entry struct {
 	Expert func() agrl.Agent
 	// Rubric returns the environment's preset rubric.
 	Rubric func() agrl.Rubric
-	// Guesser, when the environment has one, returns an agent that answers at once without
-	// tools, often wrongly, as an untrained model would: mixed into warm-start
-	// demonstrations it leaves GRPO something to discover. Nil otherwise.
+	// Guesser returns an agent that is imperfect where an untrained model is, and where it
+	// errs is a property of the task (calc.Overconfident: guesses what looks easy;
+	// multihop.Shortcut: answers after the first hop; filesearch.Guesser: guesses a file name
+	// instead of listing): mixed into warm-start demonstrations (-guess-frac) it leaves GRPO
+	// something to discover.
 	Guesser func(seed uint64) agrl.Agent
+	// Rubrics names the environment's other rubrics (`agrl train -rubric NAME`), such as
+	// filesearch's "naive" one of the reward-hacking lesson or multihop's "process" one with a
+	// per-turn component. "preset" (Rubric) is always available and is not listed.
+	Rubrics map[string]func() agrl.Rubric
 	// Recipe returns the environment's GRPO configuration: policy, warm start, GRPO settings
 	// and evaluation, ready to train (`agrl train` takes its flag defaults from it).
 	Recipe func() agrl.GRPO
@@ -62,21 +68,42 @@ var registry = []Entry{
 		Recipe:  calc.Recipe,
 	},
 	{
-		Name:   "multihop",
-		Doc:    "multi-hop search QA over a synthetic knowledge base: chain search calls, answer the entity",
-		New:    func() agrl.Env { return multihop.New() },
-		Expert: multihop.Expert,
-		Rubric: multihop.Rubric,
-		Recipe: multihop.Recipe,
+		Name:    "multihop",
+		Doc:     "multi-hop search QA over a synthetic knowledge base: chain search calls, answer the entity",
+		New:     func() agrl.Env { return multihop.New() },
+		Expert:  multihop.Expert,
+		Rubric:  multihop.Rubric,
+		Guesser: func(uint64) agrl.Agent { return multihop.Shortcut() },
+		Rubrics: map[string]func() agrl.Rubric{"process": multihop.ProcessRubric},
+		Recipe:  multihop.Recipe,
 	},
 	{
-		Name:   "filesearch",
-		Doc:    "find the file holding a fact in a virtual file tree with ls, cat and find",
-		New:    func() agrl.Env { return filesearch.New() },
-		Expert: filesearch.Expert,
-		Rubric: filesearch.Rubric,
-		Recipe: filesearch.Recipe,
+		Name:    "filesearch",
+		Doc:     "find the file holding a fact in a virtual file tree with ls, cat and find",
+		New:     func() agrl.Env { return filesearch.New() },
+		Expert:  filesearch.Expert,
+		Rubric:  filesearch.Rubric,
+		Guesser: func(uint64) agrl.Agent { return filesearch.Guesser() },
+		Rubrics: map[string]func() agrl.Rubric{"naive": filesearch.NaiveRubric},
+		Recipe:  filesearch.Recipe,
 	},
+}
+
+// RubricNamed returns the environment's rubric called name: "preset" (or "") is Rubric, any
+// other must be in Rubrics; the error lists the names there are.
+func (e Entry) RubricNamed(name string) (agrl.Rubric, error) {
+	if name == "" || name == "preset" {
+		return e.Rubric(), nil
+	}
+	if fn, ok := e.Rubrics[name]; ok {
+		return fn(), nil
+	}
+	names := []string{"preset"}
+	for n := range e.Rubrics {
+		names = append(names, n)
+	}
+	sort.Strings(names[1:])
+	return agrl.Rubric{}, fmt.Errorf("%s has no rubric %q (it has: %s)", e.Name, name, strings.Join(names, ", "))
 }
 
 // All returns every built-in environment, sorted by name.

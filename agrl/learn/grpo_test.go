@@ -154,7 +154,7 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 				}
 			}
 		}
-		batch := tr.batch(eps, adv, ref, []int{0, 1, 2, 3}, false)
+		batch := tr.batch(eps, perEpisode(adv), ref, []int{0, 1, 2, 3}, false)
 		st, err := tr.learner.Eval(batch)
 		if err != nil {
 			t.Fatal(err)
@@ -218,7 +218,7 @@ func TestGRPOKLZeroNeedsNoReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := tr.learner.Eval(tr.batch(eps, []float64{1.5, -0.7, 0.3}, nil, []int{0, 1, 2}, true))
+	st, err := tr.learner.Eval(tr.batch(eps, perEpisode([]float64{1.5, -0.7, 0.3}), nil, []int{0, 1, 2}, true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestGRPOObservationTokensGetNoGradient(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := tr.batch(eps, adv, ref, []int{0, 1, 2, 3}, false)
+		b := tr.batch(eps, perEpisode(adv), ref, []int{0, 1, 2, 3}, false)
 		if perturb {
 			for i, ep := range eps {
 				for j, m := range ep.LossMask {
@@ -606,5 +606,115 @@ func TestGRPOCurriculum(t *testing.T) {
 		if got.History[i]["loss"] != want.History[i]["loss"] {
 			t.Errorf("step %d loss: resumed %v, uninterrupted %v", i+1, got.History[i]["loss"], want.History[i]["loss"])
 		}
+	}
+}
+
+// perEpisode wraps one advantage per episode in the trainer's per-turn layout.
+func perEpisode(adv []float64) [][]float64 {
+	out := make([][]float64, len(adv))
+	for i, a := range adv {
+		out[i] = []float64{a}
+	}
+	return out
+}
+
+// TestGRPOTurnAdvantages: each turn's policy tokens carry that turn's advantage; with outcome
+// rewards only and γ = 1, turn-level credit trains exactly as plain GRPO; with a per-turn
+// component and a discount it trains and logs finite metrics.
+func TestGRPOTurnAdvantages(t *testing.T) {
+	base := warm(tinyGRPO(t)).Steps(2)
+	plain, err := Build(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := plain.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	turned, err := Build(base.TurnAdvantages(true).Out(filepath.Join(t.TempDir(), "turns")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := turned.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want.History {
+		for _, k := range []string{"loss", "pg_loss", "grad_norm", "reward/mean"} {
+			if got.History[i][k] != want.History[i][k] {
+				t.Errorf("step %d %s: turn-level %v, episode-level %v", i+1, k, got.History[i][k], want.History[i][k])
+			}
+		}
+	}
+
+	// The layout: the k-th run of policy tokens gets advantage k.
+	eps, _, err := turned.policy.Rollout(addEnv{}, turned.Tasks(agrl.Dev)[:6], turned.rolloutOptions(true, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adv := make([][]float64, len(eps))
+	idx := make([]int, len(eps))
+	multi := 0
+	for i, ep := range eps {
+		idx[i] = i
+		for k := range ep.Turns {
+			adv[i] = append(adv[i], float64(10*i+k+1))
+		}
+		if len(ep.Turns) > 1 {
+			multi++
+		}
+	}
+	if multi == 0 {
+		t.Fatal("no multi-turn episode to check")
+	}
+	b := turned.batch(eps, adv, nil, idx, true)
+	for i, ep := range eps {
+		spans := agrl.TurnSpans(ep.LossMask)
+		if len(spans) != len(ep.Turns) {
+			t.Fatalf("episode %d: %d runs of policy tokens for %d turns", i, len(spans), len(ep.Turns))
+		}
+		inSpan := make([]int, len(ep.Tokens))
+		for k, sp := range spans {
+			for j := sp[0]; j < sp[1]; j++ {
+				inSpan[j] = k + 1
+			}
+		}
+		for j, v := range b.Values[valAdv][i] {
+			wantV := float32(0)
+			if inSpan[j] > 0 {
+				wantV = float32(adv[i][inSpan[j]-1])
+			}
+			if v != wantV {
+				t.Fatalf("episode %d token %d: advantage %v, want %v", i, j, v, wantV)
+			}
+		}
+	}
+
+	// A per-turn component (0.2 for each add call) and γ = 0.9 train to finite metrics and
+	// are recorded in the configuration.
+	rub := agrl.NewRubric().Add("answer", agrl.ExactAnswer, 1).
+		AddTurn("call", func(ep *agrl.Episode, k int) float64 { return b2f(ep.Turns[k].Action.Tool == "add") }, 0.2)
+	g := base.Rubric(rub).Gamma(0.9).TurnAdvantages(true).Out(filepath.Join(t.TempDir(), "gamma"))
+	tr, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range res.History {
+		if bad(m["loss"]) || bad(m["grad_norm"]) {
+			t.Errorf("step %v: loss %v grad norm %v", m["step"], m["loss"], m["grad_norm"])
+		}
+	}
+	if c := g.Resolved(); c.Gamma != 0.9 || !c.TurnAdvantages {
+		t.Errorf("config records γ %v, turn advantages %v", c.Gamma, c.TurnAdvantages)
+	}
+	if c := base.Resolved(); c.Gamma != 0 {
+		t.Errorf("γ = 1 is recorded as %v (want omitted, so older run directories resume)", c.Gamma)
+	}
+	if _, err := Build(base.Gamma(0)); err == nil || !strings.Contains(err.Error(), "discount") {
+		t.Errorf("γ = 0: %v", err)
 	}
 }

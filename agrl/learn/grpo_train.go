@@ -895,7 +895,7 @@ func (t *GRPOTrainer) curriculumWeights() (map[agrl.Difficulty]float64, error) {
 
 // collect samples and scores the step's groups (refilling all-equal groups when dynamic
 // sampling is on) and returns episodes, rewards and advantages aligned with each other.
-func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, rollStats, error) {
+func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, [][]float64, rollStats, error) {
 	var st rollStats
 	G, want := t.cfg.Group, t.cfg.TasksPerStep
 	mix := t.cfg.Mix
@@ -914,7 +914,8 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 		return nil, nil, nil, st, err
 	}
 	var eps []*agrl.Episode
-	var rewards, adv []float64
+	var rewards []float64
+	var adv [][]float64
 	for round := 0; len(eps) < want*G && round < 4; round++ {
 		need := want - len(eps)/G
 		if round > 0 {
@@ -943,9 +944,36 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 				return nil, nil, nil, st, err
 			}
 		}
-		a, gs, err := agrl.GroupAdvantages(r, G, t.cfg.AdvantageNorm)
-		if err != nil {
-			return nil, nil, nil, st, err
+		// Advantages per episode and turn: one value (episode-level credit) unless turn-level
+		// credit is on. With a discount or per-turn rewards they come from the returns.
+		var ta [][]float64
+		var gs agrl.GroupStats
+		if t.cfg.Gamma != 1 || t.cfg.TurnAdvantages || t.rubric.HasTurnTerms() {
+			rets := make([][]float64, len(got))
+			for i, ep := range got {
+				if rets[i], err = t.rubric.Returns(ep, t.cfg.Gamma); err != nil {
+					return nil, nil, nil, st, err
+				}
+			}
+			if ta, gs, err = agrl.GroupTurnAdvantages(rets, G, t.cfg.AdvantageNorm); err != nil {
+				return nil, nil, nil, st, err
+			}
+		} else {
+			var flat []float64
+			if flat, gs, err = agrl.GroupAdvantages(r, G, t.cfg.AdvantageNorm); err != nil {
+				return nil, nil, nil, st, err
+			}
+			ta = make([][]float64, len(flat))
+			for i, v := range flat {
+				ta[i] = []float64{v}
+			}
+		}
+		a := make([]float64, len(ta))
+		for i := range ta {
+			a[i] = ta[i][0]
+			if !t.cfg.TurnAdvantages {
+				ta[i] = ta[i][:1]
+			}
 		}
 		if round == 0 {
 			st.groups, st.zeroStd = gs.Groups, gs.ZeroStd
@@ -967,7 +995,7 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 			}
 			eps = append(eps, got[gi:gi+G]...)
 			rewards = append(rewards, r[gi:gi+G]...)
-			adv = append(adv, a[gi:gi+G]...)
+			adv = append(adv, ta[gi:gi+G]...)
 		}
 		if !t.cfg.DynamicSampling {
 			break
@@ -979,7 +1007,7 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, []float64, 
 // batch builds the optimizer batch of the episodes at idx: per-token mask, advantage, old and
 // reference log-probs (0 when ref is nil: KL(0) scores no reference), and the normalisation
 // weights of the loss.
-func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
+func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv [][]float64, ref []TokenScores, idx []int, fresh bool) TrainBatch {
 	b := TrainBatch{Values: map[string][][]float32{}}
 	masks := make([][]float32, len(idx))
 	seqTokens := make([]int, len(idx))
@@ -1019,6 +1047,16 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 				scale = 1 / float64(total)
 			}
 		}
+		// An episode's advantage, or with turn-level credit its turn's: the k-th run of policy
+		// tokens is turn k (a run past the last turn's advantage takes the last).
+		turnOf := make([]int, n)
+		if len(adv[i]) > 1 {
+			for k, sp := range agrl.TurnSpans(ep.LossMask) {
+				for j := sp[0]; j < sp[1]; j++ {
+					turnOf[j] = min(k, len(adv[i])-1)
+				}
+			}
+		}
 		for j := range n {
 			fr[j] = freshVal
 			if j > 0 && ref != nil {
@@ -1027,7 +1065,7 @@ func (t *GRPOTrainer) batch(eps []*agrl.Episode, adv []float64, ref []TokenScore
 			if masks[k][j] == 0 {
 				continue
 			}
-			a[j] = float32(adv[i])
+			a[j] = float32(adv[i][turnOf[j]])
 			old[j] = ep.LogProbs[j]
 			w[j] = float32(scale)
 		}

@@ -206,3 +206,40 @@ func parent(path string) string {
 	}
 	return path[:i]
 }
+
+// Guesser returns an agent that is imperfect the way an untrained model is: it finds the
+// service's directory as the expert does, but then guesses the file instead of listing it,
+// cat(DIR/KEY.txt) (the name a file holding the key has when the tree names files after their
+// key). When the guess shows the fact it answers; when it fails it gives up with an empty
+// answer. Whether the shortcut works is therefore a property of the task: always on easy trees
+// (files named after their key), about half the time on medium ones and never on hard ones,
+// whose files have generic names. Its failures are error-then-quit episodes: under NaiveRubric
+// they cost less than an honest search that runs out of turns (the reward-hacking lesson), and
+// the preset Rubric penalises them.
+func Guesser() agrl.Agent {
+	expert := Expert()
+	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		_, key, ok := question(ep.Prompt)
+		if !ok {
+			return "", fmt.Errorf("filesearch guesser: cannot read the prompt %q", clip(ep.Prompt))
+		}
+		switch len(ep.Turns) {
+		case 0:
+			return expert.Act(ep) // find(service)
+		case 1:
+			next, err := expert.Act(ep) // ls(dir): the directory the expert would list
+			if err != nil {
+				return "", err
+			}
+			a := agrl.ParseAction(next)
+			if a.Kind != agrl.ToolCall || a.Tool != "ls" {
+				return "", fmt.Errorf("filesearch guesser: the expert's second action is %q, not ls", next)
+			}
+			return agrl.ToolAction("cat", agrl.UnquoteArg(a.Args)+"/"+key+".txt"), nil
+		}
+		if v, ok := factIn(ep.Turns[len(ep.Turns)-1].Observation, key); ok {
+			return agrl.AnswerText(v), nil
+		}
+		return agrl.AnswerText(""), nil
+	})
+}

@@ -108,3 +108,36 @@ func TestAgentShapes(t *testing.T) {
 		t.Errorf("explorer success should fall with difficulty: %v", rates)
 	}
 }
+
+// TestGuesser: the guesser's shortcut works exactly where files are named after their key, so
+// its success is a property of the task (all easy trees, about half the medium ones, no hard
+// one); every failure is a tool error followed by giving up, which ErrorThenQuit flags.
+func TestGuesser(t *testing.T) {
+	env := New()
+	want := map[agrl.Difficulty][2]float64{agrl.Easy: {1, 1}, agrl.Medium: {0.35, 0.65}, agrl.Hard: {0, 0}, agrl.Extreme: {0, 0}}
+	for _, d := range agrl.Difficulties {
+		const n = 200
+		solved := 0
+		for i := range n {
+			task := genTask(t, uint64(5000*int(d)+i), d)
+			ep := play(t, env, task, Guesser())
+			hint := task.Meta["hint"] == "true"
+			switch {
+			case ep.Correct != hint:
+				t.Fatalf("%s task (hint %v):\n%s", d, hint, ep.Transcript())
+			case ep.Correct && (len(ep.Turns) != 3 || ep.ToolErrors() != 0):
+				t.Fatalf("a solved guess is find, cat, answer:\n%s", ep.Transcript())
+			case !ep.Correct && (len(ep.Turns) != 3 || ep.ToolErrors() != 1 || ep.Termination != agrl.GaveUp || agrl.ErrorThenQuit(ep) != 1):
+				t.Fatalf("a failed guess is find, a failing cat, giving up:\n%s", ep.Transcript())
+			}
+			if ep.Correct {
+				solved++
+			}
+		}
+		rate := float64(solved) / n
+		t.Logf("%-7s guesser success %.3f", d, rate)
+		if rate < want[d][0] || rate > want[d][1] {
+			t.Errorf("%s: guesser success %.3f, want in [%.2f, %.2f]", d, rate, want[d][0], want[d][1])
+		}
+	}
+}

@@ -86,3 +86,59 @@ func Rubric() agrl.Rubric {
 		Add("empty_searches", EmptySearches, -0.1).
 		Add("cutoff", agrl.CutOff, -1)
 }
+
+// Shortcut returns an agent that is imperfect the way an untrained model is: it makes the
+// first search as the expert does and answers the entity that search found, without the
+// further hops. It is right exactly on one-hop questions and wrong on every longer one, so
+// where it errs is a property of the task. Mixed into warm-start demonstrations, it leaves a
+// policy that sometimes stops after one hop, which GRPO can learn out of.
+func Shortcut() agrl.Agent {
+	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		s, err := parseSpec(ep.Task.Meta)
+		if err != nil {
+			return "", fmt.Errorf("multihop shortcut: %w", err)
+		}
+		for _, t := range ep.Turns {
+			if t.Action.Kind != agrl.ToolCall || t.Action.Tool != "search" {
+				continue
+			}
+			if next, ok := readFact(t.Observation, relations[s.chain[0]], s.start); ok {
+				return agrl.AnswerText(next), nil
+			}
+		}
+		return expertAct(ep)
+	})
+}
+
+// HopFound is a per-turn reward (agrl.Rubric.AddTurn): 1 at a turn whose search showed the
+// next fact of the question's chain, the one the expert needs from there (following the chain
+// through the episode's own observations), else 0. An episode that finds every hop in order
+// scores Hops(d) turns of 1; repeating a search that found a hop scores nothing the second
+// time, and a search for a fact off the chain scores nothing.
+func HopFound(ep *agrl.Episode, turn int) float64 {
+	s, err := parseSpec(ep.Task.Meta)
+	if err != nil || turn < 0 || turn >= len(ep.Turns) {
+		return 0
+	}
+	cur, hop := s.start, 0
+	for k := 0; k <= turn && hop < len(s.chain); k++ {
+		t := ep.Turns[k]
+		if t.Action.Kind != agrl.ToolCall || t.Action.Tool != "search" {
+			continue
+		}
+		if next, ok := readFact(t.Observation, relations[s.chain[hop]], cur); ok {
+			if k == turn {
+				return 1
+			}
+			cur, hop = next, hop+1
+		}
+	}
+	return 0
+}
+
+// ProcessRubric is Rubric plus a per-turn process reward: 0.1 for every turn whose search
+// found the next hop of the chain (HopFound), so that a 3-hop episode that stalls after two
+// hops still earns credit for the turns that made progress, at those turns.
+func ProcessRubric() agrl.Rubric {
+	return Rubric().AddTurn("hop", HopFound, 0.1)
+}

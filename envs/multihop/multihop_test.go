@@ -580,3 +580,61 @@ func TestBuilder(t *testing.T) {
 	}
 	var _ agrl.Env = New()
 }
+
+// The shortcut agent answers after its first search: right on every one-hop question, wrong on
+// every longer one, always in two turns.
+func TestShortcut(t *testing.T) {
+	env := New()
+	for _, d := range agrl.Difficulties {
+		tasks := gen(t, env, 31, d, 200)
+		_, solved, eps := playAll(t, env, Shortcut(), tasks)
+		want := 0
+		if Hops(d) == 1 {
+			want = len(tasks)
+		}
+		if solved != want {
+			t.Errorf("%s: shortcut solved %d/%d, want %d", d, solved, len(tasks), want)
+		}
+		for _, e := range eps {
+			if len(e.Turns) != 2 || e.ToolCalls() != 1 || e.Termination != agrl.Answered {
+				t.Fatalf("%s: shortcut episode:\n%s", d, e.Transcript())
+			}
+		}
+	}
+}
+
+// HopFound credits exactly the turns that found the next hop: every search of the expert, the
+// shortcut's one search, nothing for a repeated search.
+func TestHopFound(t *testing.T) {
+	env := New()
+	for _, d := range []agrl.Difficulty{agrl.Easy, agrl.Medium, agrl.Hard} {
+		for _, task := range gen(t, env, 41, d, 50) {
+			ep, err := agrl.Play(env, task, Expert(), agrl.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range ep.Turns {
+				want := 1.0
+				if k == len(ep.Turns)-1 { // the answer
+					want = 0
+				}
+				if got := HopFound(ep, k); got != want {
+					t.Fatalf("expert turn %d: %v, want %v\n%s", k, got, want, ep.Transcript())
+				}
+			}
+			r, err := ProcessRubric().Score(ep)
+			if err != nil || math.Abs(r-(1+0.1*float64(Hops(d)))) > 1e-12 {
+				t.Fatalf("process reward of the expert %v, %v", r, err)
+			}
+			// Repeat the first search: the repeat finds nothing new.
+			first := ep.Turns[0]
+			rep := &agrl.Episode{Task: ep.Task, Turns: []agrl.Turn{first, first}}
+			if HopFound(rep, 0) != 1 || HopFound(rep, 1) != 0 {
+				t.Fatalf("repeated search: %v %v", HopFound(rep, 0), HopFound(rep, 1))
+			}
+			if HopFound(rep, 5) != 0 || HopFound(rep, -1) != 0 {
+				t.Fatal("out-of-range turn scored")
+			}
+		}
+	}
+}

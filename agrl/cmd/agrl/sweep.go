@@ -29,6 +29,19 @@ var sweepable = map[string]func(f *trainFlags, v string) error{
 	"group":      intFlag(func(f *trainFlags) *int { return &f.group }),
 	"tasks":      intFlag(func(f *trainFlags) *int { return &f.tasks }),
 	"curriculum": intFlag(func(f *trainFlags) *int { return &f.curriculum }),
+	"gamma":      floatFlag(func(f *trainFlags) *float64 { return &f.gamma }),
+	"rubric": func(f *trainFlags, v string) error {
+		f.rubric = v
+		if v == "" {
+			return errors.New("empty rubric name")
+		}
+		return nil
+	},
+	"turn-advantages": func(f *trainFlags, v string) error {
+		b, err := strconv.ParseBool(v)
+		f.turnAdv = b
+		return err
+	},
 	"seed": func(f *trainFlags, v string) error {
 		n, err := strconv.ParseUint(v, 10, 64)
 		f.seed = n

@@ -23,6 +23,9 @@ import (
 // trainFlags are the settings of `agrl train` (and of each run of `agrl sweep`).
 type trainFlags struct {
 	env, preset, out, backend, from   string
+	rubric                            string
+	gamma                             float64
+	turnAdv                           bool
 	demoMix                           string
 	steps, group, tasks, sftSteps     int
 	demos, evalTasks, evalEvery       int
@@ -139,6 +142,9 @@ func (f *trainFlags) register(fs interface {
 	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
 	fs.IntVar(&f.curriculum, "curriculum", r.Curriculum, "adapt the task mix to the difficulties whose groups carried signal over the last N steps (0: the fixed mix)")
+	fs.StringVar(&f.rubric, "rubric", "preset", "the environment's rubric: preset, or another it names (filesearch: naive; multihop: process, with a per-turn reward)")
+	fs.Float64Var(&f.gamma, "gamma", r.Gamma, "discount γ of the returns advantages come from (0 < γ <= 1)")
+	fs.BoolVar(&f.turnAdv, "turn-advantages", r.TurnAdvantages, "turn-level credit: each turn's tokens get the advantage of the return from that turn on")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
@@ -239,6 +245,14 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			g = g.DemoMix(demoMix)
 		}
 	}
+	if f.rubric != "preset" {
+		if rub, err := entry.RubricNamed(f.rubric); err != nil {
+			errs = append(errs, fmt.Errorf("-rubric: %w", err))
+		} else {
+			g = g.Rubric(rub)
+		}
+	}
+	g = g.Gamma(f.gamma).TurnAdvantages(f.turnAdv)
 	if err := g.Validate(); err != nil {
 		errs = append(errs, err)
 	}

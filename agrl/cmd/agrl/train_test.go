@@ -241,3 +241,28 @@ func TestSweepSeeds(t *testing.T) {
 		t.Errorf("seed axis with -seeds: exit %d: %s", code, errOut)
 	}
 }
+
+// -rubric picks one of the environment's named rubrics (recorded in config.json); -gamma and
+// -turn-advantages reach the configuration; bad values are usage errors naming what there is.
+func TestTrainRubricAndCredit(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "mh")
+	code, _, stderr := runCLI(append([]string{"train", "--env", "multihop", "--rubric", "process", "--gamma", "0.9", "--turn-advantages", "--out", out}, quick...)...)
+	if code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	r, err := agrl.OpenRun(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for _, term := range r.Config.Rubric {
+		names = append(names, term.Name)
+	}
+	if !strings.Contains(strings.Join(names, ","), "hop") || r.Config.Gamma != 0.9 || !r.Config.TurnAdvantages {
+		t.Errorf("config: rubric %v, γ %v, turn advantages %v", names, r.Config.Gamma, r.Config.TurnAdvantages)
+	}
+	code, _, stderr = runCLI(append([]string{"train", "--env", "calc", "--rubric", "naive", "--gamma", "1.5", "--out", filepath.Join(t.TempDir(), "x")}, quick...)...)
+	if code != 2 || !strings.Contains(stderr, `calc has no rubric "naive" (it has: preset)`) || !strings.Contains(stderr, "discount") {
+		t.Errorf("bad rubric and γ: exit %d: %s", code, stderr)
+	}
+}
