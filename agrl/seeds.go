@@ -23,8 +23,17 @@ type SeedStats struct {
 	// ZeroStdLate is frac_reward_zero_std averaged over the second half of each run's GRPO
 	// steps (the share of groups that carried no signal once training settled), over seeds.
 	ZeroStdLate Interval `json:"zero_std_late"`
+	// TestByDifficulty holds the test split's success per difficulty that every run
+	// evaluated, easiest first (multihop: 1, 2, 3 hops).
+	TestByDifficulty []DifficultySeedStats `json:"test_by_difficulty"`
 	// Rows holds each run's own numbers, one per seed.
 	Rows []SeedRow `json:"rows"`
+}
+
+// DifficultySeedStats is one difficulty's test success over seeds.
+type DifficultySeedStats struct {
+	Difficulty          Difficulty `json:"difficulty"`
+	Before, After, Gain Interval   `json:"-"`
 }
 
 // SplitSeedStats is one split's success over seeds.
@@ -41,6 +50,8 @@ type SeedRow struct {
 	Seed uint64 `json:"seed"`
 	// Before and After map a split to its success; ToolCallsBefore/After to its tool-call rate.
 	Before, After                   map[Split]float64 `json:"-"`
+	// TestBefore and TestAfter map a difficulty to its test success.
+	TestBefore, TestAfter map[Difficulty]float64 `json:"-"`
 	ToolCallsBefore, ToolCallsAfter map[Split]float64 `json:"-"`
 	// ZeroStdLate is the run's mean frac_reward_zero_std over its second half (NaN if it logged
 	// none).
@@ -91,6 +102,9 @@ func CompareSeeds(name string, runs []*Run) (SeedStats, error) {
 			row.Before[s], row.After[s] = b.Success, a.Success
 			row.ToolCallsBefore[s], row.ToolCallsAfter[s] = b.ToolCallRate, a.ToolCallRate
 			splits[s]++
+			if s == Test {
+				row.TestBefore, row.TestAfter = b.SuccessByDifficulty, a.SuccessByDifficulty
+			}
 		}
 		st.Rows = append(st.Rows, row)
 		st.Seeds = append(st.Seeds, seed)
@@ -122,6 +136,24 @@ func CompareSeeds(name string, runs []*Run) (SeedStats, error) {
 			}
 		}
 		st.Splits = append(st.Splits, ss)
+	}
+	for _, d := range Difficulties {
+		var b, a, g []float64
+		for _, row := range st.Rows {
+			vb, okB := row.TestBefore[d]
+			va, okA := row.TestAfter[d]
+			if okB && okA {
+				b, a, g = append(b, vb), append(a, va), append(g, va-vb)
+			}
+		}
+		if len(b) < len(st.Rows) || len(b) == 0 {
+			continue
+		}
+		ds := DifficultySeedStats{Difficulty: d}
+		ds.Before, _ = MeanCI(b)
+		ds.After, _ = MeanCI(a)
+		ds.Gain, _ = MeanCI(g)
+		st.TestByDifficulty = append(st.TestByDifficulty, ds)
 	}
 	var late []float64
 	for _, row := range st.Rows {
@@ -182,6 +214,12 @@ func (st SeedStats) Markdown() string {
 	for _, ss := range st.Splits {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | [%+.1f, %+.1f] | %.1f%% → %.1f%% |\n", ss.Split, pts(ss.Before), pts(ss.After), pts(ss.Gain),
 			100*ss.Gain.Lo, 100*ss.Gain.Hi, 100*ss.ToolCallsBefore.Mean, 100*ss.ToolCallsAfter.Mean)
+	}
+	if len(st.TestByDifficulty) > 1 {
+		b.WriteString("\n| test, by difficulty | warm start | after GRPO | gain (points) | gain interval |\n| --- | --- | --- | --- | --- |\n")
+		for _, ds := range st.TestByDifficulty {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | [%+.1f, %+.1f] |\n", ds.Difficulty, pts(ds.Before), pts(ds.After), pts(ds.Gain), 100*ds.Gain.Lo, 100*ds.Gain.Hi)
+		}
 	}
 	if st.ZeroStdLate.N > 0 {
 		fmt.Fprintf(&b, "\nfrac_reward_zero_std over the second half of training: %s\n", st.ZeroStdLate)
