@@ -26,7 +26,7 @@ type trainFlags struct {
 	rubric                            string
 	gamma                             float64
 	turnAdv                           bool
-	demoMix                           string
+	demoMix, mix                      string
 	steps, group, tasks, sftSteps     int
 	demos, evalTasks, evalEvery       int
 	maxTokens, maxActionTokens        int
@@ -127,6 +127,8 @@ func (f *trainFlags) register(fs interface {
 	fs.Float64Var(&f.sftLR, "sft-lr", sftLR, "warm-start SFT peak learning rate")
 	fs.Float64Var(&f.guessFrac, "guess-frac", guess, "share of warm-start demonstrations that answer without tools (environments with a guesser)")
 	fs.Float64Var(&f.guessAfter, "guess-after", after, "fraction of the warm-start SFT steps before the guessing demonstrations join (a curriculum: tool use first)")
+	trainMix := r.Mix
+	fs.StringVar(&f.mix, "mix", formatMix(&trainMix), "easy,medium,hard shares of the training tasks (and of the evaluation splits)")
 	fs.StringVar(&f.demoMix, "demo-mix", formatMix(r.DemoMix), "easy,medium,hard shares of the warm-start demonstration tasks (long demonstrations teach copying); empty: the training mix")
 	fs.IntVar(&f.evalTasks, "eval-tasks", r.EvalTasks, "tasks per evaluation split")
 	fs.IntVar(&f.evalEvery, "eval-every", r.EvalEvery, "evaluate on dev every N steps (0: only before and after)")
@@ -202,6 +204,15 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	}
 	if f.watchdog < 0 {
 		errs = append(errs, fmt.Errorf("-watchdog %v: want >= 0 (0: none)", f.watchdog))
+	}
+	trainMix := r.Mix
+	if f.mix != formatMix(&trainMix) {
+		if m, err := parseMix(f.mix); err != nil {
+			errs = append(errs, fmt.Errorf("-mix %q: %w", f.mix, err))
+		} else {
+			g = g.Mix(m)
+			r.Mix = m
+		}
 	}
 	var demoMix agrl.Mix
 	switch {
