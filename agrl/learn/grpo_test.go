@@ -718,3 +718,29 @@ func TestGRPOTurnAdvantages(t *testing.T) {
 		t.Errorf("γ = 0: %v", err)
 	}
 }
+
+// TrainSeeds trains one run per seed, each from its own warm start, and its statistics are
+// those of the runs' own evaluations.
+func TestTrainSeeds(t *testing.T) {
+	g := warm(tinyGRPO(t)).Steps(1).WarmStart(agrl.SFT().Steps(30).Batch(16), agrl.Demo{Name: "expert", Agent: addExpert, Weight: 1}).
+		EvalTasks(8).Out(filepath.Join(t.TempDir(), "seeds"))
+	runs, st, err := TrainSeeds(context.Background(), g, 5, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || runs[0].Config.Seed != 5 || runs[1].Config.Seed != 6 || filepath.Base(runs[1].Dir) != "seed-6" {
+		t.Fatalf("runs %v", runs)
+	}
+	test, ok := st.Split(agrl.Test)
+	if !ok {
+		t.Fatal("no test statistics")
+	}
+	a := runs[0].Summary.Final.TestSuccess - runs[0].Summary.SFT.TestSuccess
+	b := runs[1].Summary.Final.TestSuccess - runs[1].Summary.SFT.TestSuccess
+	if math.Abs(test.Gain.Mean-(a+b)/2) > 1e-12 || !slices.Equal(st.Seeds, []uint64{5, 6}) {
+		t.Errorf("gain %+v, runs' gains %v %v", test.Gain, a, b)
+	}
+	if _, _, err := TrainSeeds(context.Background(), g); err == nil {
+		t.Error("no seeds: no error")
+	}
+}

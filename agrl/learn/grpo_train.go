@@ -1160,3 +1160,38 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// TrainSeeds trains g once for each seed, into OUT/seed-S where OUT is g's run directory, one
+// after the other, and compares the runs (agrl.CompareSeeds: success before and after GRPO and
+// the gain, as mean ± 95% interval over the seeds). A seed's directory that holds a checkpoint
+// is resumed, as Build does; a failed run stops the series with its error.
+//
+//	runs, st, err := learn.TrainSeeds(ctx, calc.Recipe().Out("runs/seeds"), 201, 202, 203)
+//	nb.SeedTable(st)
+func TrainSeeds(ctx context.Context, g agrl.GRPO, seeds ...uint64) ([]*agrl.Run, agrl.SeedStats, error) {
+	if len(seeds) == 0 {
+		return nil, agrl.SeedStats{}, errors.New("agrl: TrainSeeds of no seeds")
+	}
+	root := g.Spec().Out
+	if root == "" {
+		return nil, agrl.SeedStats{}, errors.New("agrl: TrainSeeds needs the configuration's Out directory")
+	}
+	var runs []*agrl.Run
+	for _, seed := range seeds {
+		dir := filepath.Join(root, fmt.Sprintf("seed-%d", seed))
+		tr, err := Build(g.Seed(seed).Out(dir))
+		if err != nil {
+			return runs, agrl.SeedStats{}, fmt.Errorf("seed %d: %w", seed, err)
+		}
+		if _, err := tr.Train(ctx); err != nil {
+			return runs, agrl.SeedStats{}, fmt.Errorf("seed %d: %w", seed, err)
+		}
+		run, err := agrl.OpenRun(dir)
+		if err != nil {
+			return runs, agrl.SeedStats{}, err
+		}
+		runs = append(runs, run)
+	}
+	st, err := agrl.CompareSeeds(filepath.Base(root), runs)
+	return runs, st, err
+}

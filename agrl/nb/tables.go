@@ -368,3 +368,43 @@ func (t *table) style(i int) string {
 	}
 	return styleCell
 }
+
+// SeedTable displays the statistics of runs that differ only in their seed (agrl.CompareSeeds):
+// per split, success before and after GRPO and the gain as mean ± the 95% interval's
+// half-width, then one row per seed.
+func SeedTable(st agrl.SeedStats) { ShowHTML(SeedTableHTML(st)) }
+
+// SeedTableHTML renders what SeedTable displays.
+func SeedTableHTML(st agrl.SeedStats) string {
+	iv := func(x agrl.Interval) string {
+		if x.N < 2 {
+			return fmt.Sprintf("%.1f", 100*x.Mean)
+		}
+		return fmt.Sprintf("%.1f ± %.1f", 100*x.Mean, 100*x.HalfWidth)
+	}
+	t := newTable()
+	t.col("split", true)
+	t.cols(false, "warm start (%)", "after GRPO (%)", "gain (points)", "gain 95% interval", "tool calls before → after")
+	for _, ss := range st.Splits {
+		t.row(splitName(ss.Split), iv(ss.Before), iv(ss.After), iv(ss.Gain), fmt.Sprintf("[%+.1f, %+.1f]", 100*ss.Gain.Lo, 100*ss.Gain.Hi),
+			pct(ss.ToolCallsBefore.Mean)+" → "+pct(ss.ToolCallsAfter.Mean))
+	}
+	for _, ds := range st.TestByDifficulty {
+		t.row("test, "+ds.Difficulty.String(), iv(ds.Before), iv(ds.After), iv(ds.Gain), fmt.Sprintf("[%+.1f, %+.1f]", 100*ds.Gain.Lo, 100*ds.Gain.Hi), "")
+	}
+	rows := newTable()
+	rows.cols(true, "seed", "run")
+	for _, ss := range st.Splits {
+		rows.col(splitName(ss.Split)+" before → after", false)
+	}
+	rows.cols(false, "zero-std, 2nd half", "wall")
+	for _, r := range st.Rows {
+		cells := []string{fmt.Sprint(r.Seed), r.Run}
+		for _, ss := range st.Splits {
+			cells = append(cells, pct(r.Before[ss.Split])+" → "+pct(r.After[ss.Split]))
+		}
+		cells = append(cells, formatFloat(r.ZeroStdLate), fmt.Sprintf("%.0f s", r.WallSeconds))
+		rows.row(cells...)
+	}
+	return fmt.Sprintf("<p>%s: %d seeds; mean ± half-width of the 95%% Student-t interval</p>", esc(st.Name), len(st.Rows)) + t.html() + rows.html()
+}

@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,5 +119,26 @@ func TestSweepTableAndRunRow(t *testing.T) {
 	}
 	if r := RunRow(nil); r.Name != "" || len(r.Results) != 0 {
 		t.Error("nil run")
+	}
+}
+
+func TestSeedTableHTML(t *testing.T) {
+	mk := func(seed uint64, b, a float64) *agrl.Run {
+		ev := func(label string, v float64) agrl.EvalRecord {
+			return agrl.EvalRecord{Split: agrl.Test, Label: label, EvalResult: agrl.EvalResult{Success: v}}
+		}
+		return &agrl.Run{Name: fmt.Sprintf("seed-%d", seed), Config: agrl.GRPOConfig{Seed: seed},
+			Evals: []agrl.EvalRecord{ev(agrl.LabelSFT, b), ev(agrl.LabelFinal, a)}}
+	}
+	st, err := agrl.CompareSeeds("calc", []*agrl.Run{mk(1, 0.5, 0.9), mk(2, 0.4, 0.9), mk(3, 0.3, 0.95)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Gains 0.4, 0.5, 0.65: mean 51.7, half-width 4.303 × 0.1258 / √3 = 31.3 points.
+	h := SeedTableHTML(st)
+	for _, want := range []string{"calc: 3 seeds", "51.7 ± 31.3", "[+20.4, +82.9]", "seed-2", "40.0% → 90.0%"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("table lacks %q:\n%s", want, h)
+		}
 	}
 }
