@@ -49,10 +49,10 @@ type SeedRow struct {
 	Run  string `json:"run"`
 	Seed uint64 `json:"seed"`
 	// Before and After map a split to its success; ToolCallsBefore/After to its tool-call rate.
-	Before, After                   map[Split]float64 `json:"-"`
+	Before, After map[Split]float64 `json:"-"`
 	// TestBefore and TestAfter map a difficulty to its test success.
-	TestBefore, TestAfter map[Difficulty]float64 `json:"-"`
-	ToolCallsBefore, ToolCallsAfter map[Split]float64 `json:"-"`
+	TestBefore, TestAfter           map[Difficulty]float64 `json:"-"`
+	ToolCallsBefore, ToolCallsAfter map[Split]float64      `json:"-"`
 	// ZeroStdLate is the run's mean frac_reward_zero_std over its second half (NaN if it logged
 	// none).
 	ZeroStdLate float64 `json:"zero_std_late"`
