@@ -48,3 +48,23 @@ func CurriculumWeights(base map[Difficulty]float64, groups, signal map[Difficult
 	}
 	return out, nil
 }
+
+// Plateaued reports whether a series of evaluations (dev success, oldest first) has stopped
+// improving: it holds more than patience values and none of the last patience values exceeds
+// the best of those before them. With patience 0 it is never true.
+func Plateaued(values []float64, patience int) bool {
+	if patience <= 0 || len(values) <= patience {
+		return false
+	}
+	cut := len(values) - patience
+	best := values[0]
+	for _, v := range values[:cut] {
+		best = max(best, v)
+	}
+	for _, v := range values[cut:] {
+		if v > best {
+			return false
+		}
+	}
+	return true
+}

@@ -57,6 +57,7 @@ type GRPOSpec struct {
 	DynamicSampling              bool
 	Curriculum                   int
 	Gamma                        float64
+	StopOnPlateau                int
 	TurnAdvantages               bool
 	MaskTruncated                bool
 	EvalEvery, EvalTasks         int
@@ -274,6 +275,12 @@ func (g GRPO) DynamicSampling(on bool) GRPO { g.s.DynamicSampling = on; return g
 // Mix's own proportions.
 func (g GRPO) Curriculum(window int) GRPO { g.s.Curriculum = window; return g }
 
+// StopOnPlateau ends GRPO early, before Steps, once dev success has not improved for patience
+// periodic evaluations in a row (agrl.Plateaued over the warm start's dev success and every
+// EvalEvery-step evaluation; 0: off, the default). The final evaluation and summary follow as
+// usual; summary.json says why it stopped. It needs EvalEvery > 0.
+func (g GRPO) StopOnPlateau(patience int) GRPO { g.s.StopOnPlateau = patience; return g }
+
 // Gamma sets the discount γ (0 < γ ≤ 1; default 1) of the returns that advantages are computed
 // from (Rubric.Returns): with γ < 1 a reward counts less the more turns lie between the action
 // and it, so shorter solutions earn more. With γ = 1 and no per-turn rubric components the
@@ -426,6 +433,9 @@ func (g GRPO) Validate() error {
 	if !(g.s.Gamma > 0 && g.s.Gamma <= 1) {
 		add("discount γ %v; want 0 < γ <= 1", g.s.Gamma)
 	}
+	if g.s.StopOnPlateau < 0 || g.s.StopOnPlateau > 0 && g.s.EvalEvery <= 0 {
+		add("stop on plateau after %d evaluations; want >= 0, and evaluations (EvalEvery > 0) to watch", g.s.StopOnPlateau)
+	}
 	if g.s.Curriculum < 0 {
 		add("curriculum window %d; want >= 0 steps (0: off)", g.s.Curriculum)
 	}
@@ -493,6 +503,7 @@ type GRPOConfig struct {
 	DynamicSampling bool                   `json:"dynamic_sampling"`
 	Curriculum      int                    `json:"curriculum,omitempty"`
 	Gamma           float64                `json:"gamma,omitempty"` // omitted when 1
+	StopOnPlateau   int                    `json:"stop_on_plateau,omitempty"`
 	TurnAdvantages  bool                   `json:"turn_advantages,omitempty"`
 	MaskTruncated   bool                   `json:"mask_truncated"`
 	EvalEvery       int                    `json:"eval_every"`
@@ -512,7 +523,7 @@ func (g GRPO) Resolved() GRPOConfig {
 		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm, LossNorm: g.s.LossNorm,
 		Temperature: g.s.Temperature, EvalTemperature: g.s.EvalTemperature, MaxTurns: g.s.MaxTurns,
 		MaxTokens: g.s.MaxTokens, MaxActionTokens: g.s.MaxActionTokens, DynamicSampling: g.s.DynamicSampling,
-		Curriculum: g.s.Curriculum, TurnAdvantages: g.s.TurnAdvantages,
+		Curriculum: g.s.Curriculum, TurnAdvantages: g.s.TurnAdvantages, StopOnPlateau: g.s.StopOnPlateau,
 		MaskTruncated: g.s.MaskTruncated, EvalEvery: g.s.EvalEvery, EvalTasks: g.s.EvalTasks,
 		Trajectories: g.s.TrajectoriesEvery, CheckpointEvery: g.s.CheckpointEvery, Seed: g.s.Seed, Steps: g.s.Steps,
 		Out: g.s.Out, From: g.s.From,

@@ -76,6 +76,8 @@ type Summary struct {
 	Final       *SplitSummary `json:"final,omitempty"`
 	// Status is "completed", "cancelled" or "failed: …" ("warm-started" while GRPO runs).
 	Status string `json:"status"`
+	// StoppedEarly says why a completed run took fewer steps than configured (GRPO.StopOnPlateau).
+	StoppedEarly string `json:"stopped_early,omitempty"`
 	// Resume says, for a cancelled or failed run, which checkpoint the same command resumes
 	// from.
 	Resume string `json:"resume,omitempty"`

@@ -121,3 +121,21 @@ func TestCurriculumWeights(t *testing.T) {
 		}
 	}
 }
+
+func TestPlateaued(t *testing.T) {
+	for _, c := range []struct {
+		vals     []float64
+		patience int
+		want     bool
+	}{
+		{[]float64{0.3, 0.9, 0.94, 0.97, 0.94, 0.95}, 2, true},  // the best (0.97) is 2 evaluations old
+		{[]float64{0.3, 0.9, 0.94, 0.97, 0.94, 0.98}, 2, false}, // the last one improved
+		{[]float64{0.3, 0.9, 0.94, 0.97, 0.97}, 1, true},        // equal is not better
+		{[]float64{0.3, 0.9}, 2, false},                         // too few evaluations
+		{[]float64{0.5, 0.4, 0.3}, 0, false},                    // off
+	} {
+		if got := Plateaued(c.vals, c.patience); got != c.want {
+			t.Errorf("Plateaued(%v, %d) = %v", c.vals, c.patience, got)
+		}
+	}
+}

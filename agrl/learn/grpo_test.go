@@ -744,3 +744,50 @@ func TestTrainSeeds(t *testing.T) {
 		t.Error("no seeds: no error")
 	}
 }
+
+// StopOnPlateau ends GRPO at the first evaluation where dev success has not improved for the
+// patience, and not before; summary.json says so; resuming the finished run trains no further.
+func TestGRPOStopOnPlateau(t *testing.T) {
+	g := warm(tinyGRPO(t)).LR(1e-12).EvalEvery(1).EvalTasks(8).StopOnPlateau(2).Steps(12)
+	res, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := res.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := agrl.OpenRun(g.Spec().Out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := []float64{run.Summary.SFT.DevSuccess}
+	for _, e := range run.EvalsOf(agrl.Dev) {
+		if e.Label == "" {
+			dev = append(dev, e.Success)
+		}
+	}
+	n := out.Summary.Steps
+	if n >= 12 || out.Summary.StoppedEarly == "" || len(dev) != n+1 {
+		t.Fatalf("stopped after %d steps (%q), %d dev evaluations", n, out.Summary.StoppedEarly, len(dev)-1)
+	}
+	for k := 1; k < len(dev); k++ {
+		if agrl.Plateaued(dev[:k], 2) {
+			t.Errorf("plateau already after %d evaluations %v, yet it went on", k-1, dev[:k])
+		}
+	}
+	if !agrl.Plateaued(dev, 2) {
+		t.Errorf("stopped without a plateau: %v", dev)
+	}
+	again, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := again.Train(context.Background())
+	if err != nil || more.Summary.Steps != n || more.Summary.StoppedEarly == "" {
+		t.Errorf("resumed: %d steps, %q, %v", more.Summary.Steps, more.Summary.StoppedEarly, err)
+	}
+	if _, err := Build(g.EvalEvery(0)); err == nil || !strings.Contains(err.Error(), "plateau") {
+		t.Errorf("StopOnPlateau without evaluations: %v", err)
+	}
+}

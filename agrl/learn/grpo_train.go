@@ -47,6 +47,17 @@ type GRPOTrainer struct {
 	warmed  bool
 	inSFT   bool
 	sftDone int
+	// devHist holds the dev success of the periodic evaluations so far (StopOnPlateau).
+	devHist []float64
+}
+
+// plateaued reports whether StopOnPlateau ends GRPO here: the warm start's dev success and the
+// periodic ones since have not improved for its patience.
+func (t *GRPOTrainer) plateaued() bool {
+	if t.cfg.StopOnPlateau <= 0 || t.sft == nil {
+		return false
+	}
+	return agrl.Plateaued(append([]float64{t.sft.DevSuccess}, t.devHist...), t.cfg.StopOnPlateau)
 }
 
 // SFTCheckpointEvery is the wall time between checkpoints during a GRPO run's warm start (longer
@@ -293,6 +304,11 @@ func (t *GRPOTrainer) restoreProgress() error {
 	}
 	if err := t.run.Rewind(t.step, keep); err != nil {
 		return err
+	}
+	for _, e := range r.Evals {
+		if e.Split == agrl.Dev && e.Label == "" && e.Step <= t.step {
+			t.devHist = append(t.devHist, e.Success)
+		}
 	}
 	t.say("resumed %s at step %d (%s)", t.cfg.Out, t.step, filepath.Base(info.Dir))
 	return nil
@@ -626,7 +642,13 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 	if _, err := t.warmStart(ctx); err != nil {
 		return nil, err
 	}
+	stopped := ""
 	for t.step < t.cfg.Steps {
+		if t.plateaued() {
+			stopped = fmt.Sprintf("dev success had not improved for %d evaluations (StopOnPlateau) at step %d of %d", t.cfg.StopOnPlateau, t.step, t.cfg.Steps)
+			t.say("stopping early: %s", stopped)
+			break
+		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
@@ -645,6 +667,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 			if err := t.run.LogEval(agrl.EvalRecord{Step: t.step, Split: agrl.Dev, EvalResult: res}); err != nil {
 				return nil, err
 			}
+			t.devHist = append(t.devHist, res.Success)
 			t.say("step %d dev: success %.3f, reward %.3f", t.step, res.Success, res.MeanReward)
 		}
 		if every(t.cfg.CheckpointEvery, t.step) && t.step < t.cfg.Steps {
@@ -663,7 +686,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 		return nil, err
 	}
 	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step, Backend: t.policy.BackendConfig(),
-		WallSeconds: t.wallSeconds(), SFT: t.sft, Final: final, Status: "completed"}
+		WallSeconds: t.wallSeconds(), SFT: t.sft, Final: final, Status: "completed", StoppedEarly: stopped}
 	if err := t.run.WriteSummary(s); err != nil {
 		return nil, err
 	}

@@ -38,6 +38,7 @@ type trainFlags struct {
 	seed                              uint64
 	dynamic, quiet                    bool
 	checkpointEvery, curriculum       int
+	plateau                           int
 	newSettings                       bool
 	watchdog                          time.Duration
 }
@@ -144,6 +145,7 @@ func (f *trainFlags) register(fs interface {
 	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
 	fs.IntVar(&f.curriculum, "curriculum", r.Curriculum, "adapt the task mix to the difficulties whose groups carried signal over the last N steps (0: the fixed mix)")
+	fs.IntVar(&f.plateau, "stop-on-plateau", r.StopOnPlateau, "end GRPO early once dev success has not improved for N evaluations (0: run every step)")
 	fs.StringVar(&f.rubric, "rubric", "preset", "the environment's rubric: preset, or another it names (filesearch: naive; multihop: process, with a per-turn reward)")
 	fs.Float64Var(&f.gamma, "gamma", r.Gamma, "discount γ of the returns advantages come from (0 < γ <= 1)")
 	fs.BoolVar(&f.turnAdv, "turn-advantages", r.TurnAdvantages, "turn-level credit: each turn's tokens get the advantage of the return from that turn on")
@@ -263,7 +265,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			g = g.Rubric(rub)
 		}
 	}
-	g = g.Gamma(f.gamma).TurnAdvantages(f.turnAdv)
+	g = g.Gamma(f.gamma).TurnAdvantages(f.turnAdv).StopOnPlateau(f.plateau)
 	if err := g.Validate(); err != nil {
 		errs = append(errs, err)
 	}
