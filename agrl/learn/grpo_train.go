@@ -738,7 +738,9 @@ func (t *GRPOTrainer) checkpoint() error {
 //     the token budget), "tool_call_rate" (share of episodes with a tool call),
 //     "tool_error_rate" (per tool call), "invalid_rate" (per action), "episodes".
 //   - Groups: "frac_reward_zero_std" (share of the first rollout's groups whose rewards are
-//     all equal), "dynamic/refills", "dynamic/dropped_groups".
+//     all equal), "dynamic/refills", "dynamic/dropped_groups"; with a curriculum, per
+//     difficulty D the weight the tasks were drawn with, "curriculum/weight_D", and the groups
+//     sampled and those with signal, "curriculum/groups_D" and "curriculum/signal_D".
 //   - Loss diagnostics, from the first minibatch of the first epoch (the weights that sampled;
 //     means over its policy tokens): "kl" (to the reference; 0 with KL(0)), "entropy",
 //     "clip/low", "clip/high" (shares of tokens clipped), "ratio/mean", "ratio/dev" (mean
