@@ -259,7 +259,7 @@ func TestMetricNamesAreStable(t *testing.T) {
 	for got, want := range map[string]string{
 		MetricStep: "step", MetricReward: "reward/mean", MetricRewardStd: "reward/std", MetricSuccess: "success",
 		MetricResponseLength: "response_length", MetricTurns: "turns", MetricTruncated: "truncated",
-		MetricToolCallRate: "tool_call_rate", MetricToolErrorRate: "tool_error_rate", MetricInvalidRate: "invalid_rate",
+		MetricToolCallRate: "tool_call_rate", MetricToolErrorRate: "tool_error_rate", MetricInvalidRate: "invalid_rate", MetricErrorThenQuit: "error_then_quit",
 		MetricFracRewardZeroStd: "frac_reward_zero_std", MetricRefills: "dynamic/refills",
 		MetricDroppedGroups: "dynamic/dropped_groups", MetricEpisodes: "episodes", MetricKL: "kl",
 		MetricEntropy: "entropy", MetricClipLow: "clip/low", MetricClipHigh: "clip/high", MetricApproxKL: "approx_kl",

@@ -27,6 +27,10 @@ const (
 	MetricToolErrorRate = "tool_error_rate"
 	// MetricInvalidRate is the fraction of actions that broke the protocol.
 	MetricInvalidRate = "invalid_rate"
+	// MetricErrorThenQuit is the fraction of episodes whose last tool call failed and which
+	// then gave up or stopped without a correct answer (ErrorThenQuit): the shape of the
+	// "provoke an error and quit" reward hack, logged whatever the rubric.
+	MetricErrorThenQuit = "error_then_quit"
 	// MetricFracRewardZeroStd is the fraction of groups whose rewards were all equal (they carry
 	// no learning signal; TRL frac_reward_zero_std).
 	MetricFracRewardZeroStd = "frac_reward_zero_std"

@@ -78,7 +78,7 @@ func TestGRPOImprovesOnTrivialTask(t *testing.T) {
 		t.Errorf("run directory: %d metrics, trajectories at %v, status %q, %d evals", len(r.Metrics), steps, r.Summary.Status, len(r.Evals))
 	}
 	for _, name := range []string{"reward/mean", "reward/std", "reward/answer", "reward/tool", "success", "frac_reward_zero_std", "kl", "entropy",
-		"clip/low", "clip/high", "response_length", "truncated", "turns", "tool_call_rate", "tool_error_rate", "invalid_rate",
+		"clip/low", "clip/high", "response_length", "truncated", "turns", "tool_call_rate", "tool_error_rate", "invalid_rate", "error_then_quit",
 		"grad_norm", "lr", "time/step_seconds", "tokens_per_second"} {
 		if _, ok := r.Metrics[0][name]; !ok {
 			t.Errorf("metric %q missing", name)

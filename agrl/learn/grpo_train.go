@@ -736,7 +736,9 @@ func (t *GRPOTrainer) checkpoint() error {
 //     "reward/<component>" (each rubric component's mean value, unweighted), "success",
 //     "response_length" (policy tokens per episode), "turns", "truncated" (share cut off by
 //     the token budget), "tool_call_rate" (share of episodes with a tool call),
-//     "tool_error_rate" (per tool call), "invalid_rate" (per action), "episodes".
+//     "tool_error_rate" (per tool call), "invalid_rate" (per action), "error_then_quit" (share
+//     of episodes whose last tool call failed and which then stopped without a correct answer:
+//     the shape of a reward hack), "episodes".
 //   - Groups: "frac_reward_zero_std" (share of the first rollout's groups whose rewards are
 //     all equal), "dynamic/refills", "dynamic/dropped_groups"; with a curriculum, per
 //     difficulty D the weight the tasks were drawn with, "curriculum/weight_D", and the groups
@@ -1120,7 +1122,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	}
 	m[agrl.MetricReward], m[agrl.MetricRewardStd] = mean, math.Sqrt(sq/n)
 	comp := map[string]float64{}
-	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid float64
+	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit float64
 	for _, ep := range eps {
 		for _, r := range ep.Rewards {
 			comp[r.Name] += r.Value / n
@@ -1136,6 +1138,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 		callErrs += float64(ep.ToolErrors())
 		actions += float64(len(ep.Turns))
 		invalid += float64(ep.InvalidActions())
+		errQuit += agrl.ErrorThenQuit(ep)
 	}
 	for k, v := range comp {
 		m[agrl.MetricRewardTerm(k)] = v
@@ -1147,6 +1150,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricToolCallRate] = callEps / n
 	m[agrl.MetricToolErrorRate] = ratio(callErrs, calls)
 	m[agrl.MetricInvalidRate] = ratio(invalid, actions)
+	m[agrl.MetricErrorThenQuit] = errQuit / n
 	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
 	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
 	m[agrl.MetricEpisodes] = n
