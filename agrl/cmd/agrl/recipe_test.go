@@ -53,7 +53,7 @@ func TestTrainFlagsOverrideTheRecipe(t *testing.T) {
 	want := calcRecipeWith(t, func(g agrl.GRPO) agrl.GRPO {
 		e, _ := envs.Get("calc")
 		sft := g.Spec().SFT.Steps(500)
-		return g.LR(3e-4).Seed(7).WarmStart(sft, e.Demos(0.2, 0.5)...).DemoMix(g.Spec().Mix)
+		return g.LR(3e-4).Seed(7).WarmStart(sft, e.Demos(0.2, 0)...).DemoMix(g.Spec().Mix)
 	})
 	if got := asJSON(t, c); got != asJSON(t, want) {
 		t.Errorf("flags:\n got  %s\n want %s", got, asJSON(t, want))
