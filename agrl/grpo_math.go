@@ -68,30 +68,36 @@ func GroupAdvantages(rewards []float64, group int, norm AdvantageNorm) ([]float6
 	adv := make([]float64, len(rewards))
 	stats := GroupStats{Groups: len(rewards) / group}
 	for start := 0; start < len(rewards); start += group {
-		g := rewards[start : start+group]
-		mean, allEqual := 0.0, true
-		for _, r := range g {
-			mean += r
-			allEqual = allEqual && r == g[0]
-		}
-		mean /= float64(group)
+		mean, scale, allEqual := groupBaseline(rewards[start:start+group], norm)
 		if allEqual {
 			stats.ZeroStd++
 			continue // advantages stay 0
 		}
-		scale := 1.0
-		if norm == NormStd {
-			v := 0.0
-			for _, r := range g {
-				v += (r - mean) * (r - mean)
-			}
-			scale = 1 / (math.Sqrt(v/float64(group-1)) + AdvantageEps)
-		}
-		for i, r := range g {
+		for i, r := range rewards[start : start+group] {
 			adv[start+i] = (r - mean) * scale
 		}
 	}
 	return adv, stats, nil
+}
+
+// groupBaseline returns a group's mean reward, the scale of its advantages (1/(sample std +
+// AdvantageEps) with NormStd, else 1) and whether its rewards are all equal.
+func groupBaseline(g []float64, norm AdvantageNorm) (mean, scale float64, allEqual bool) {
+	allEqual = true
+	for _, r := range g {
+		mean += r
+		allEqual = allEqual && r == g[0]
+	}
+	mean /= float64(len(g))
+	scale = 1
+	if norm == NormStd && !allEqual {
+		v := 0.0
+		for _, r := range g {
+			v += (r - mean) * (r - mean)
+		}
+		scale = 1 / (math.Sqrt(v/float64(len(g)-1)) + AdvantageEps)
+	}
+	return mean, scale, allEqual
 }
 
 // KLEstimator selects the per-token estimate of KL(π_θ ‖ π_ref) from the two log-probs.
@@ -237,29 +243,20 @@ func GroupTurnAdvantages(returns [][]float64, group int, norm AdvantageNorm) ([]
 		}
 		whole[i] = g[0]
 	}
-	adv, stats, err := GroupAdvantages(whole, group, norm)
-	if err != nil {
+	if group < 2 || len(returns)%group != 0 {
+		_, stats, err := GroupAdvantages(whole, group, norm) // the same checks and errors
 		return nil, stats, err
 	}
 	out := make([][]float64, len(returns))
+	stats := GroupStats{Groups: len(returns) / group}
 	for start := 0; start < len(returns); start += group {
-		allZero, mean := true, 0.0
-		for i := start; i < start+group; i++ {
-			allZero = allZero && adv[i] == 0
-			mean += whole[i]
-		}
-		mean /= float64(group)
-		scale := 1.0 // the same arithmetic as GroupAdvantages, so turn 0 equals its advantage
-		if norm == NormStd {
-			v := 0.0
-			for j := start; j < start+group; j++ {
-				v += (whole[j] - mean) * (whole[j] - mean)
-			}
-			scale = 1 / (math.Sqrt(v/float64(group-1)) + AdvantageEps)
+		mean, scale, allEqual := groupBaseline(whole[start:start+group], norm)
+		if allEqual {
+			stats.ZeroStd++
 		}
 		for i := start; i < start+group; i++ {
 			out[i] = make([]float64, len(returns[i]))
-			if allZero {
+			if allEqual {
 				continue
 			}
 			for k, g := range returns[i] {

@@ -181,41 +181,41 @@ func (r Rubric) TurnRewards(ep *Episode) ([]float64, error) {
 }
 
 // Returns gives the episode's discounted return from each turn on: with t_j the turn rewards
-// (TurnRewards) of its T turns and R the rest of its reward (the episode-level components,
-// credited at the last turn),
+// (TurnRewards) of its T turns and R the rest of its reward (the weighted episode-level
+// components, credited at the last turn),
 //
 //	G_k = Σ_{j ≥ k} γ^{j−k} t_j + γ^{T−1−k} R.
 //
 // With γ = 1, G_0 is the episode's reward; with no per-turn components and γ = 1 every G_k is.
 // An episode without turns has the single return R. It is an error for γ to lie outside
-// (0, 1].
+// (0, 1], or for a component to return NaN or ±Inf.
 func (r Rubric) Returns(ep *Episode, gamma float64) ([]float64, error) {
 	if !(gamma > 0 && gamma <= 1) {
 		return nil, fmt.Errorf("agrl: discount γ = %v: want 0 < γ ≤ 1", gamma)
 	}
-	if _, err := r.Score(ep); err != nil {
-		return nil, err
-	}
-	turns, err := r.TurnRewards(ep)
+	turns, err := r.TurnRewards(ep) // validates the rubric and the episode
 	if err != nil {
 		return nil, err
 	}
-	outcome := ep.Reward
-	for _, v := range turns {
-		outcome -= v
+	outcome := 0.0
+	for _, t := range r.terms {
+		if t.fn == nil {
+			continue
+		}
+		v := t.fn(ep)
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("agrl: reward component %q returned %v on task %s", t.name, v, ep.Task.ID)
+		}
+		outcome += t.weight * v
 	}
 	if len(turns) == 0 {
 		return []float64{outcome}, nil
 	}
 	g := make([]float64, len(turns))
-	next := outcome
-	for k := len(turns) - 1; k >= 0; k-- {
-		if k == len(turns)-1 {
-			g[k] = turns[k] + outcome
-		} else {
-			g[k] = turns[k] + gamma*next
-		}
-		next = g[k]
+	last := len(turns) - 1
+	g[last] = turns[last] + outcome
+	for k := last - 1; k >= 0; k-- {
+		g[k] = turns[k] + gamma*g[k+1]
 	}
 	return g, nil
 }

@@ -535,14 +535,7 @@ func TestGRPOCurriculum(t *testing.T) {
 	cfg := func(dir string) agrl.GRPO {
 		return warm(tinyGRPO(t)).Mix(agrl.NewMix(1)).Curriculum(2).Steps(5).DemoEpisodes(60).Out(dir)
 	}
-	full, err := Build(cfg(filepath.Join(t.TempDir(), "full")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := full.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := train(t, cfg(filepath.Join(t.TempDir(), "full")))
 	base := agrl.NewMix(1).Fractions()
 	ds := []agrl.Difficulty{agrl.Easy, agrl.Medium, agrl.Hard}
 	for i, m := range want.History {
@@ -587,14 +580,7 @@ func TestGRPOCurriculum(t *testing.T) {
 	if _, err := first.Train(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled run: %v", err)
 	}
-	again, err := Build(cfg(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := again.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := train(t, cfg(dir))
 	for i := 3; i < 5; i++ {
 		for _, d := range ds {
 			for _, k := range []string{agrl.MetricCurriculumWeight(d), agrl.MetricCurriculumGroups(d)} {
@@ -623,14 +609,7 @@ func perEpisode(adv []float64) [][]float64 {
 // component and a discount it trains and logs finite metrics.
 func TestGRPOTurnAdvantages(t *testing.T) {
 	base := warm(tinyGRPO(t)).Steps(2)
-	plain, err := Build(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want, err := plain.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	want := train(t, base)
 	turned, err := Build(base.TurnAdvantages(true).Out(filepath.Join(t.TempDir(), "turns")))
 	if err != nil {
 		t.Fatal(err)
@@ -695,14 +674,7 @@ func TestGRPOTurnAdvantages(t *testing.T) {
 	rub := agrl.NewRubric().Add("answer", agrl.ExactAnswer, 1).
 		AddTurn("call", func(ep *agrl.Episode, k int) float64 { return b2f(ep.Turns[k].Action.Tool == "add") }, 0.2)
 	g := base.Rubric(rub).Gamma(0.9).TurnAdvantages(true).Out(filepath.Join(t.TempDir(), "gamma"))
-	tr, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := train(t, g)
 	for _, m := range res.History {
 		if bad(m["loss"]) || bad(m["grad_norm"]) {
 			t.Errorf("step %v: loss %v grad norm %v", m["step"], m["loss"], m["grad_norm"])
@@ -749,14 +721,7 @@ func TestTrainSeeds(t *testing.T) {
 // patience, and not before; summary.json says so; resuming the finished run trains no further.
 func TestGRPOStopOnPlateau(t *testing.T) {
 	g := warm(tinyGRPO(t)).LR(1e-12).EvalEvery(1).EvalTasks(8).StopOnPlateau(2).Steps(12)
-	res, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := res.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := train(t, g)
 	run, err := agrl.OpenRun(g.Spec().Out)
 	if err != nil {
 		t.Fatal(err)
@@ -779,13 +744,8 @@ func TestGRPOStopOnPlateau(t *testing.T) {
 	if !agrl.Plateaued(dev, 2) {
 		t.Errorf("stopped without a plateau: %v", dev)
 	}
-	again, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	more, err := again.Train(context.Background())
-	if err != nil || more.Summary.Steps != n || more.Summary.StoppedEarly == "" {
-		t.Errorf("resumed: %d steps, %q, %v", more.Summary.Steps, more.Summary.StoppedEarly, err)
+	if more := train(t, g); more.Summary.Steps != n || more.Summary.StoppedEarly == "" {
+		t.Errorf("resumed: %d steps, %q", more.Summary.Steps, more.Summary.StoppedEarly)
 	}
 	if _, err := Build(g.EvalEvery(0)); err == nil || !strings.Contains(err.Error(), "plateau") {
 		t.Errorf("StopOnPlateau without evaluations: %v", err)

@@ -971,29 +971,21 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, [][]float64
 				return nil, nil, nil, st, err
 			}
 		}
-		// Advantages per episode and turn: one value (episode-level credit) unless turn-level
-		// credit is on. With a discount or per-turn rewards they come from the returns.
-		var ta [][]float64
-		var gs agrl.GroupStats
-		if t.cfg.Gamma != 1 || t.cfg.TurnAdvantages || t.rubric.HasTurnTerms() {
-			rets := make([][]float64, len(got))
-			for i, ep := range got {
+		// Advantages per episode and turn, from the returns: one per episode (its reward) unless
+		// a discount, per-turn rewards or turn-level credit call for each turn's return.
+		perTurn := t.cfg.Gamma != 1 || t.cfg.TurnAdvantages || t.rubric.HasTurnTerms()
+		rets := make([][]float64, len(got))
+		for i, ep := range got {
+			rets[i] = []float64{r[i]}
+			if perTurn {
 				if rets[i], err = t.rubric.Returns(ep, t.cfg.Gamma); err != nil {
 					return nil, nil, nil, st, err
 				}
 			}
-			if ta, gs, err = agrl.GroupTurnAdvantages(rets, G, t.cfg.AdvantageNorm); err != nil {
-				return nil, nil, nil, st, err
-			}
-		} else {
-			var flat []float64
-			if flat, gs, err = agrl.GroupAdvantages(r, G, t.cfg.AdvantageNorm); err != nil {
-				return nil, nil, nil, st, err
-			}
-			ta = make([][]float64, len(flat))
-			for i, v := range flat {
-				ta[i] = []float64{v}
-			}
+		}
+		ta, gs, err := agrl.GroupTurnAdvantages(rets, G, t.cfg.AdvantageNorm)
+		if err != nil {
+			return nil, nil, nil, st, err
 		}
 		a := make([]float64, len(ta))
 		for i := range ta {

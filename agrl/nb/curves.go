@@ -159,8 +159,9 @@ func (c Chart) PNG(runs []*agrl.Run, metrics ...string) ([]byte, error) {
 	return c.render(plots)
 }
 
-// panel draws one metric of every run.
-func (c Chart) panel(runs []*agrl.Run, names []string, metric string) (*plot.Plot, error) {
+// newPanel returns an empty panel for metric: its title (with the smoothing and the chart's
+// title), the step axis, sans fonts, a grid and the legend's place.
+func (c Chart) newPanel(metric string) *plot.Plot {
 	p := plot.New()
 	p.Title.Text = metric
 	if c.smooth > 1 {
@@ -177,6 +178,12 @@ func (c Chart) panel(runs []*agrl.Run, names []string, metric string) (*plot.Plo
 	p.Add(plotter.NewGrid())
 	p.Legend.Top = true
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	return p
+}
+
+// panel draws one metric of every run.
+func (c Chart) panel(runs []*agrl.Run, names []string, metric string) (*plot.Plot, error) {
+	p := c.newPanel(metric)
 	ymin, ymax := math.Inf(1), math.Inf(-1)
 	for i, run := range runs {
 		xy, err := finiteSeries(run, metric)
@@ -399,22 +406,7 @@ func (c Chart) SeedsPNG(groups []RunGroup, metrics ...string) ([]byte, error) {
 
 // seedPanel draws one metric of every group: faint per-run lines, a bold mean.
 func (c Chart) seedPanel(groups []RunGroup, metric string) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = metric
-	if c.smooth > 1 {
-		p.Title.Text += fmt.Sprintf(" (mean of %d)", c.smooth)
-	}
-	if c.title != "" {
-		p.Title.Text = c.title + ": " + p.Title.Text
-	}
-	p.X.Label.Text = "step"
-	for _, f := range []*font.Font{&p.Title.TextStyle.Font, &p.X.Label.TextStyle.Font, &p.Y.Label.TextStyle.Font,
-		&p.X.Tick.Label.Font, &p.Y.Tick.Label.Font, &p.Legend.TextStyle.Font} {
-		f.Variant = "Sans"
-	}
-	p.Add(plotter.NewGrid())
-	p.Legend.Top = true
-	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p := c.newPanel(metric)
 	for gi, g := range groups {
 		col := plotutil.Color(gi)
 		r, gr, b, _ := col.RGBA()

@@ -403,7 +403,7 @@ func SeedTableHTML(st agrl.SeedStats) string {
 		for _, ss := range st.Splits {
 			cells = append(cells, pct(r.Before[ss.Split])+" → "+pct(r.After[ss.Split]))
 		}
-		cells = append(cells, formatFloat(r.ZeroStdLate), fmt.Sprintf("%.0f s", r.WallSeconds))
+		cells = append(cells, formatFloat(r.ZeroStdLate), seconds(r.WallSeconds))
 		rows.row(cells...)
 	}
 	return fmt.Sprintf("<p>%s: %d seeds; mean ± half-width of the 95%% Student-t interval</p>", esc(st.Name), len(st.Rows)) + t.html() + rows.html()

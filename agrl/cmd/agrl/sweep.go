@@ -343,6 +343,23 @@ func writeSweep(root string, points []gridPoint, runs []*agrl.Run, stdout io.Wri
 		}
 		rows = append(rows, row)
 	}
+	var md strings.Builder
+	for i, row := range rows {
+		md.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		if i == 0 {
+			md.WriteString("|" + strings.Repeat(" --- |", len(row)) + "\n")
+		}
+	}
+	png, err := nb.CompareRunsPNG(runs, agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy)
+	if err != nil {
+		return err
+	}
+	return writeResults(root, rows, md.String(), png, stdout)
+}
+
+// writeResults writes a sweep's results.csv (rows), results.md (md) and curves.png (png) into
+// root and prints md and the files' names.
+func writeResults(root string, rows [][]string, md string, png []byte, stdout io.Writer) error {
 	f, err := os.Create(filepath.Join(root, "results.csv"))
 	if err != nil {
 		return err
@@ -355,24 +372,13 @@ func writeSweep(root string, points []gridPoint, runs []*agrl.Run, stdout io.Wri
 	if err := f.Close(); err != nil {
 		return err
 	}
-	var md strings.Builder
-	for i, row := range rows {
-		md.WriteString("| " + strings.Join(row, " | ") + " |\n")
-		if i == 0 {
-			md.WriteString("|" + strings.Repeat(" --- |", len(row)) + "\n")
-		}
-	}
-	if err := os.WriteFile(filepath.Join(root, "results.md"), []byte(md.String()), 0o644); err != nil {
-		return err
-	}
-	png, err := nb.CompareRunsPNG(runs, agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy)
-	if err != nil {
+	if err := os.WriteFile(filepath.Join(root, "results.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(root, "curves.png"), png, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprint(stdout, md.String())
+	fmt.Fprint(stdout, md)
 	fmt.Fprintf(stdout, "wrote %s, %s and %s\n", filepath.Join(root, "results.csv"), filepath.Join(root, "results.md"), filepath.Join(root, "curves.png"))
 	return nil
 }
@@ -414,30 +420,10 @@ func writeSeedSweep(root, env string, points []gridPoint, runs [][]*agrl.Run, st
 		md.WriteString(st.Markdown())
 		groups = append(groups, nb.RunGroup{Name: name, Runs: runs[i]})
 	}
-	f, err := os.Create(filepath.Join(root, "results.csv"))
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	if err := w.WriteAll(rows); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(root, "results.md"), []byte(md.String()), 0o644); err != nil {
-		return err
-	}
 	metrics := []string{agrl.MetricSuccess, agrl.MetricReward, agrl.MetricFracRewardZeroStd, agrl.MetricToolCallRate}
 	png, err := nb.NewChart().Smooth(10).SeedsPNG(groups, metrics...)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(root, "curves.png"), png, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprint(stdout, md.String())
-	fmt.Fprintf(stdout, "wrote %s, %s and %s\n", filepath.Join(root, "results.csv"), filepath.Join(root, "results.md"), filepath.Join(root, "curves.png"))
-	return nil
+	return writeResults(root, rows, md.String(), png, stdout)
 }
