@@ -25,8 +25,8 @@ import "agrl.dev/agrl"
 func Recipe() agrl.GRPO {
 	return agrl.NewGRPO().Env(New()).Rubric(Rubric()).Policy(agrl.TinyLM()).
 		WarmStart(agrl.SFT().Steps(3000),
-			agrl.Demo{Name: "expert", Agent: Expert(), Weight: 0.3},
-			agrl.Demo{Name: "guess", NewAgent: Overconfident, Weight: 0.7}).
+			agrl.Demo{Name: "expert", Agent: Expert(), Weight: 0.5},
+			agrl.Demo{Name: "guess", NewAgent: Overconfident, Weight: 0.5}).
 		DemoEpisodes(16384).DemoMix(agrl.NewMix(1).Easy(0.1).Medium(0.3).Hard(0.6)).
 		Steps(150).Group(8).TasksPerStep(4).LR(1e-4).KL(0.01).ClipEps(0.2).
 		Temperature(0.5).EvalTemperature(0.3).MaxActionTokens(80).

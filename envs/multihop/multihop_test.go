@@ -581,25 +581,42 @@ func TestBuilder(t *testing.T) {
 	var _ agrl.Env = New()
 }
 
-// The shortcut agent answers after its first search: right on every one-hop question, wrong on
-// every longer one, always in two turns.
+// The shortcut agent answers after its first search on country questions and is the expert on
+// the others: right on every one-hop question and every other longer question, wrong on every
+// longer country question. Both kinds of question are common at every difficulty.
 func TestShortcut(t *testing.T) {
 	env := New()
 	for _, d := range agrl.Difficulties {
 		tasks := gen(t, env, 31, d, 200)
 		_, solved, eps := playAll(t, env, Shortcut(), tasks)
-		want := 0
-		if Hops(d) == 1 {
-			want = len(tasks)
-		}
-		if solved != want {
-			t.Errorf("%s: shortcut solved %d/%d, want %d", d, solved, len(tasks), want)
-		}
-		for _, e := range eps {
-			if len(e.Turns) != 2 || e.ToolCalls() != 1 || e.Termination != agrl.Answered {
-				t.Fatalf("%s: shortcut episode:\n%s", d, e.Transcript())
+		country := 0
+		for i, e := range eps {
+			expertEp, err := agrl.Play(env, tasks[i], Expert(), agrl.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case !AsksCountry(tasks[i].Prompt) || Hops(d) == 1:
+				if e.Transcript() != expertEp.Transcript() || !e.Correct {
+					t.Fatalf("%s: shortcut differs from the expert:\n%s", d, e.Transcript())
+				}
+			default:
+				if len(e.Turns) != 2 || e.ToolCalls() != 1 || e.Termination != agrl.Answered || e.Correct {
+					t.Fatalf("%s: shortcut episode on a country question:\n%s", d, e.Transcript())
+				}
+			}
+			if AsksCountry(tasks[i].Prompt) {
+				country++
 			}
 		}
+		want := len(tasks)
+		if Hops(d) > 1 {
+			want = len(tasks) - country
+		}
+		if solved != want || country < len(tasks)/5 || country > len(tasks)*4/5 {
+			t.Errorf("%s: shortcut solved %d/%d with %d country questions, want %d solved and 20-80%% of them", d, solved, len(tasks), country, want)
+		}
+		t.Logf("%s: %d of %d questions ask for a country", d, country, len(tasks))
 	}
 }
 
