@@ -240,6 +240,9 @@ func TestSweepSeeds(t *testing.T) {
 	if code, _, errOut := runCLI(append([]string{"sweep", "--env", "calc", "--grid", "seed=1,2", "--seeds", "2", "--out", out2}, quick...)...); code != 2 || !strings.Contains(errOut, "one or the other") {
 		t.Errorf("seed axis with -seeds: exit %d: %s", code, errOut)
 	}
+	if code, _, errOut := runCLI("sweep", "--env", "calc", "--out", out2); code != 2 || !strings.Contains(errOut, "nothing to sweep") {
+		t.Errorf("sweep without a grid or seeds: exit %d, %q", code, errOut)
+	}
 }
 
 // -rubric picks one of the environment's named rubrics (recorded in config.json); -gamma and
