@@ -85,7 +85,7 @@ func TestRecipeDefaultsFollowTheEnvFlag(t *testing.T) {
 			t.Errorf("%q: env %q, want %q", c.args, got, c.want)
 		}
 	}
-	if c := flagsConfig(t, "--env", "multihop"); c.Steps != 40 {
-		t.Errorf("multihop defaults: %d steps, want the recipe's 40", c.Steps)
+	if c := flagsConfig(t, "--env", "multihop"); c.Steps != 100 {
+		t.Errorf("multihop defaults: %d steps, want the recipe's 100", c.Steps)
 	}
 }
