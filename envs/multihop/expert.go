@@ -100,12 +100,12 @@ func Rubric() agrl.Rubric {
 // within reach).
 func Shortcut() agrl.Agent {
 	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		if !AsksCountry(ep.Prompt) {
+			return expertAct(ep)
+		}
 		s, err := parseSpec(ep.Task.Meta)
 		if err != nil {
 			return "", fmt.Errorf("multihop shortcut: %w", err)
-		}
-		if !AsksCountry(ep.Prompt) {
-			return expertAct(ep)
 		}
 		for _, t := range ep.Turns {
 			if t.Action.Kind != agrl.ToolCall || t.Action.Tool != "search" {

@@ -148,10 +148,11 @@ func cmdSweep(args []string, stdout, stderr io.Writer) error {
 		return usageError{fmt.Errorf("-seeds %d: want 1..64", *seeds)}
 	}
 	points := []gridPoint{nil}
-	if strings.TrimSpace(*grid) == "" && *seeds == 1 {
+	hasGrid := strings.TrimSpace(*grid) != ""
+	if !hasGrid && *seeds == 1 {
 		return usageError{errors.New("nothing to sweep: give -grid, or -seeds N with N ≥ 2 (one run is `agrl train`)")}
 	}
-	if strings.TrimSpace(*grid) != "" {
+	if hasGrid {
 		var err error
 		if points, err = parseGrid(*grid); err != nil {
 			return usageError{err}
