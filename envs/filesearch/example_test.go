@@ -41,11 +41,11 @@ func Example() {
 	// <obs>level=warn
 	// version=1.22</obs>
 	// <answer>warn</answer>
-	// correct=true reward=0.75
+	// correct=true reward=1.45
 }
 
 // The reward hack: provoke a tool error, then give up. The naive rubric charges it like a
-// wrong answer; the preset adds the agrl.ErrorThenQuit penalty.
+// wrong answer; the preset charges it like any failure and adds the agrl.ErrorThenQuit penalty.
 func ExampleNaiveRubric() {
 	env := filesearch.New()
 	task, err := env.Generate(rand.New(rand.NewPCG(1, 2)), agrl.Hard)
@@ -65,5 +65,5 @@ func ExampleNaiveRubric() {
 	// <tool>cat(/missing.txt)</tool>
 	// <obs>error: no such file: /missing.txt</obs>
 	// <answer></answer>
-	// naive -0.45, fixed -1.45
+	// naive -0.45, fixed -2.01
 }

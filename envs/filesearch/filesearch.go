@@ -46,8 +46,10 @@
 //
 // NaiveRubric scores "give up" like a wrong answer and a cut-off worse than both, so an agent
 // that provokes a tool error and quits at once (Hacker) out-earns an honest explorer that
-// sometimes runs out of turns (Explorer). Rubric, the preset, adds an agrl.ErrorThenQuit
-// penalty that turns the order around; the Expert beats both under both rubrics.
+// sometimes runs out of turns (Explorer), and GRPO learns that hack in a real run. Rubric, the
+// preset, charges every failure the same, adds an agrl.ErrorThenQuit penalty and pays for
+// reading the file that holds the fact (ReadFact), which turns the order around; the Expert
+// beats both under both rubrics.
 package filesearch
 
 import (

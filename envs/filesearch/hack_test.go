@@ -65,10 +65,28 @@ func TestRewardHack(t *testing.T) {
 			t.Errorf("expert %+v does not beat hacker %+v and explorer(%d) %+v by 1", expert, hacker, seed, explorer)
 		}
 	}
-	// Not a hack the preset targets: giving up at once without a tool error. Logged so the
-	// limits of the fix are on record.
+	// The two other ways out that GRPO found under the first fix (NaiveRubric plus error_quit
+	// alone): giving up at once, and answering anything after a failed call. Under the preset
+	// both must earn less than every honest explorer, and the naive rubric must still pay for
+	// quitting (the lesson's starting point).
 	quitter := measure(t, env, tasks, agrl.AgentFunc(func(*agrl.Episode) (string, error) { return agrl.AnswerText(""), nil }))
+	bluffer := measure(t, env, tasks, agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		if len(ep.Turns) == 0 {
+			return agrl.ToolAction("cat", "/missing.txt"), nil
+		}
+		return agrl.AnswerText("web1"), nil
+	}))
 	t.Logf("quitter (no tool call): naive %+.3f  fixed %+.3f", quitter.naive, quitter.fixed)
+	t.Logf("bluffer (failed call, any answer): naive %+.3f  fixed %+.3f", bluffer.naive, bluffer.fixed)
+	for _, seed := range []uint64{1, 2, 3} {
+		explorer := measure(t, env, tasks, Explorer(seed))
+		if quitter.naive <= explorer.naive {
+			t.Errorf("NaiveRubric: the quitter %.3f should beat explorer(%d) %.3f", quitter.naive, seed, explorer.naive)
+		}
+		if d := explorer.fixed - max(quitter.fixed, bluffer.fixed); d < 0.4 {
+			t.Errorf("Rubric: explorer(%d) %.3f should beat the quitter %.3f and the bluffer %.3f by 0.4", seed, explorer.fixed, quitter.fixed, bluffer.fixed)
+		}
+	}
 	if expert.solved != len(tasks) || hacker.solved != 0 {
 		t.Errorf("expert success %.3f, hacker success %.3f", expert.success, hacker.success)
 	}
