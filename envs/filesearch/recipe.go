@@ -3,8 +3,8 @@ package filesearch
 import "agrl.dev/agrl"
 
 // Recipe returns the GRPO configuration of file search, the one `agrl train --env filesearch`
-// runs with its defaults. Measured on seed 1 (docs/experiments.md, "File search: a warm start
-// that succeeds"); its gain target is not reached yet.
+// runs with its defaults. Measured on seeds 1–3 (docs/experiments.md, "File search: a warm
+// start that succeeds"); GRPO's gain target is not reached yet.
 //
 //   - Policy: TinyLM with a 512-token context (listings and file contents are long).
 //   - Warm start: 3000 SFT steps of 16 episodes on 16384 demonstrations, the expert alone for
@@ -15,8 +15,8 @@ import "agrl.dev/agrl"
 //     where it lists the directory but does not recognise the line that answers the question.
 //   - GRPO: 150 steps of 4 tasks × 8 episodes, learning rate 1e-4, KL β 0.01, clip ε 0.2,
 //     training temperature 0.5, evaluation temperature 0.3, 64 tasks per evaluation split.
-//     Under Rubric the error-then-quit share falls and success rises slowly (48.4% → 51.6% test
-//     on seed 1); under NaiveRubric the policy learns the hack instead.
+//     Under Rubric the error-then-quit share falls but test success barely moves (seeds 1–3:
+//     48.4 → 51.6%, 53.1 → 51.6%, 43.8 → 37.5%); under NaiveRubric the policy learns the hack.
 func Recipe() agrl.GRPO {
 	return agrl.NewGRPO().Env(New()).Rubric(Rubric()).Policy(agrl.TinyLM().Context(512)).
 		WarmStart(agrl.SFT().Steps(3000).Batch(16),
