@@ -49,22 +49,6 @@ func TestRewardHack(t *testing.T) {
 	hacker := measure(t, env, tasks, Hacker())
 	t.Logf("expert:   naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", expert.naive, expert.fixed, expert.success, expert.calls)
 	t.Logf("hacker:   naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", hacker.naive, hacker.fixed, hacker.success, hacker.calls)
-	for _, seed := range []uint64{1, 2, 3} {
-		explorer := measure(t, env, tasks, Explorer(seed))
-		t.Logf("explorer(%d): naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", seed, explorer.naive, explorer.fixed, explorer.success, explorer.calls)
-		if explorer.success < 0.1 || explorer.success > 0.5 {
-			t.Errorf("explorer(%d) success %.3f: want well inside (0, 1)", seed, explorer.success)
-		}
-		if d := hacker.naive - explorer.naive; d < 0.25 {
-			t.Errorf("NaiveRubric: hacker %.3f should beat explorer(%d) %.3f by 0.25, got %.3f", hacker.naive, seed, explorer.naive, d)
-		}
-		if d := explorer.fixed - hacker.fixed; d < 0.4 {
-			t.Errorf("Rubric: explorer(%d) %.3f should beat hacker %.3f by 0.4, got %.3f", seed, explorer.fixed, hacker.fixed, d)
-		}
-		if expert.naive-max(hacker.naive, explorer.naive) < 1 || expert.fixed-max(hacker.fixed, explorer.fixed) < 1 {
-			t.Errorf("expert %+v does not beat hacker %+v and explorer(%d) %+v by 1", expert, hacker, seed, explorer)
-		}
-	}
 	// The two other ways out that GRPO found under the first fix (NaiveRubric plus error_quit
 	// alone): giving up at once, and answering anything after a failed call. Under the preset
 	// both must earn less than every honest explorer, and the naive rubric must still pay for
@@ -80,6 +64,19 @@ func TestRewardHack(t *testing.T) {
 	t.Logf("bluffer (failed call, any answer): naive %+.3f  fixed %+.3f", bluffer.naive, bluffer.fixed)
 	for _, seed := range []uint64{1, 2, 3} {
 		explorer := measure(t, env, tasks, Explorer(seed))
+		t.Logf("explorer(%d): naive %+.3f  fixed %+.3f  success %.3f  calls %.2f", seed, explorer.naive, explorer.fixed, explorer.success, explorer.calls)
+		if explorer.success < 0.1 || explorer.success > 0.5 {
+			t.Errorf("explorer(%d) success %.3f: want well inside (0, 1)", seed, explorer.success)
+		}
+		if d := hacker.naive - explorer.naive; d < 0.25 {
+			t.Errorf("NaiveRubric: hacker %.3f should beat explorer(%d) %.3f by 0.25, got %.3f", hacker.naive, seed, explorer.naive, d)
+		}
+		if d := explorer.fixed - hacker.fixed; d < 0.4 {
+			t.Errorf("Rubric: explorer(%d) %.3f should beat hacker %.3f by 0.4, got %.3f", seed, explorer.fixed, hacker.fixed, d)
+		}
+		if expert.naive-max(hacker.naive, explorer.naive) < 1 || expert.fixed-max(hacker.fixed, explorer.fixed) < 1 {
+			t.Errorf("expert %+v does not beat hacker %+v and explorer(%d) %+v by 1", expert, hacker, seed, explorer)
+		}
 		if quitter.naive <= explorer.naive {
 			t.Errorf("NaiveRubric: the quitter %.3f should beat explorer(%d) %.3f", quitter.naive, seed, explorer.naive)
 		}

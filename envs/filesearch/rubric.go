@@ -35,7 +35,7 @@ func ReadFact(ep *agrl.Episode) float64 {
 // turns (-1.4 at 8 turns), so a policy that finds the fact less than about 40% of the time
 // earns more by quitting than by searching. GRPO finds it: from a warm start that sometimes
 // guesses a file name, the share of error-then-quit episodes rises within 20 steps and the
-// policy freezes on it (docs/experiments.md, "Reward hacking in a real run").
+// policy freezes on it (docs/experiments.md, "File search: … reward hacking in a real run").
 func NaiveRubric() agrl.Rubric {
 	return agrl.NewRubric().
 		Add("answer", agrl.ExactAnswer, 1).
@@ -46,7 +46,8 @@ func NaiveRubric() agrl.Rubric {
 }
 
 // Rubric is the preset: the naive rubric fixed against every hack GRPO found under it and
-// under the first fix (measured in docs/experiments.md, "Reward hacking in a real run"):
+// under the first fix (measured in docs/experiments.md, "File search: … reward hacking in a
+// real run"):
 //
 //	answer     agrl.ExactAnswer   +1
 //	wrong      WrongOrGaveUp      -1     (a wrong answer or giving up: as much as a cut-off)
@@ -60,9 +61,9 @@ func NaiveRubric() agrl.Rubric {
 // left quitting at once at -0.40 against -1.4 for a search cut off, and a wrong answer after a
 // failed guess at -0.50, and GRPO found both); the hack of the lesson earns -2.01. That small
 // pull remains: a policy that rarely reaches the fact's file can still learn to answer at once
-// (measured in docs/experiments.md). Reading the right file pays 0.5 whether or not the answer is then right,
-// so a search that gets that far beats a guess that fails, and GRPO has a signal on tasks
-// whose answer the policy still gets wrong.
+// (measured in docs/experiments.md). Reading the right file pays 0.5 whether or not the answer
+// is then right, so a search that gets that far beats a guess that fails, and GRPO has a
+// signal on tasks whose answer the policy still gets wrong.
 func Rubric() agrl.Rubric {
 	return agrl.NewRubric().
 		Add("answer", agrl.ExactAnswer, 1).
