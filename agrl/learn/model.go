@@ -2,6 +2,7 @@ package learn
 
 import (
 	"agrl.dev/agrl"
+	"os"
 
 	"errors"
 	"fmt"
@@ -39,6 +40,9 @@ type Policy struct {
 	loaded CheckpointInfo
 	// wholeBatches turns off cutting batches by length (tests compare both ways).
 	wholeBatches bool
+	// graphTrain keeps training steps in the GoMLX graph on the go backend instead of the host
+	// trainer (host.go): AGRL_HOST_TRAIN=0, and tests that compare the two.
+	graphTrain bool
 
 	// mu guards the weights: inference holds it shared, training and saving exclusively.
 	mu sync.RWMutex
@@ -69,7 +73,8 @@ func NewPolicy(c agrl.LM) (*Policy, error) {
 		return nil, err
 	}
 	bc, _ := ParseBackend(c.Spec().Backend) // validated by NewBackend
-	p := &Policy{cfg: c, arch: arch{c.Spec()}, tok: c.Spec().Tokenizer, backend: backend, store: model.NewStore(), backendConfig: bc.String()}
+	p := &Policy{cfg: c, arch: arch{c.Spec()}, tok: c.Spec().Tokenizer, backend: backend, store: model.NewStore(), backendConfig: bc.String(),
+		graphTrain: os.Getenv("AGRL_HOST_TRAIN") == "0"}
 	if err := p.initWeights(); err != nil {
 		return nil, err
 	}

@@ -74,6 +74,7 @@ type Trainer struct {
 	invT     float32
 	shards   int
 	gradExec *model.Exec // loss, metrics and gradients of one shard
+	hostExec *model.Exec // the host path's loss, metrics and their gradients (host.go)
 	evalExec *model.Exec // loss and metrics of one shard
 	updExec  *model.Exec // AdamW update from the shards' gradients
 	metrics  []string    // metric names in output order (fixed at the first build)
@@ -195,6 +196,13 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 		li.Values[name] = shift(in[1+i])
 		li.Sums[name] = in[1+nv+i]
 	}
+	loss, metrics = t.lossAndMetrics(li)
+	return w, loss, metrics
+}
+
+// lossAndMetrics evaluates the trainer's loss on li and returns it with the metrics in the
+// trainer's fixed order.
+func (t *Trainer) lossAndMetrics(li LossInputs) (loss *graph.Node, metrics []*graph.Node) {
 	loss, ms := t.loss(li)
 	if loss == nil || !loss.Shape().IsScalar() {
 		panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
@@ -212,7 +220,7 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 		}
 		metrics = append(metrics, graph.ConvertDType(m, dtypes.Float32))
 	}
-	return w, loss, metrics
+	return loss, metrics
 }
 
 // weightVars returns the weight variables in weightSpecs order.
@@ -440,31 +448,48 @@ func (t *Trainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if err := t.validate(b); err != nil {
 		return agrl.StepStats{}, err
 	}
-	pieces, plan, n := t.pieceArgs(b)
+	host := t.p.hostTrains()
+	var pieces [][]any
+	var plan piecePlan
+	n := 0
+	if host {
+		for _, s := range b.Tokens {
+			n += len(s) - 1
+		}
+	} else {
+		pieces, plan, n = t.pieceArgs(b)
+	}
 	t.p.mu.Lock()
 	defer t.p.mu.Unlock()
 	if err := t.ensureExecs(); err != nil {
 		return agrl.StepStats{}, err
 	}
-	outs, err := runPieces(t.gradExec, pieces, plan)
-	if err != nil {
-		return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+	var st agrl.StepStats
+	var grads []*tensors.Tensor
+	if host {
+		var err error
+		if st, grads, err = t.hostGrads(b); err != nil {
+			return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+		}
+	} else {
+		outs, err := runPieces(t.gradExec, pieces, plan)
+		if err != nil {
+			return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+		}
+		st = t.stats(outs)
+		for _, o := range outs {
+			grads = append(grads, o[1+len(t.metrics):]...)
+		}
 	}
-	st := t.stats(outs)
 	step := t.steps() + 1
 	lr := t.opt.LearningRate(step)
-	nm := 1 + len(t.metrics)
 	args := []any{float32(lr)}
-	for _, o := range outs {
-		for _, gr := range o[nm:] {
-			args = append(args, gr)
-		}
+	for _, gr := range grads {
+		args = append(args, gr)
 	}
 	res, err := call(t.updExec, args...)
-	for _, o := range outs {
-		for _, gr := range o[nm:] {
-			_ = gr.FinalizeAll()
-		}
+	for _, gr := range grads {
+		_ = gr.FinalizeAll()
 	}
 	if err != nil {
 		return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)

@@ -1,0 +1,47 @@
+package learn
+
+// The host trainer's matrix products (see host.go). Every product adds op(A)·B into C:
+//
+//	C[i, j] += Σ_k A(i, k)·B[k, j]   for i < m, j < n, k < kk
+//
+// with A(i, k) = a[i·ai + k·ak] (so a row-major A has ai = its row length and ak = 1, and a
+// transposed one ai = 1, ak = its row length), B[k, j] = b[k·ldb + j] and C[i, j] = c[i·ldc + j].
+// Each element of C is one chain of fused multiply-adds over k in increasing order, starting
+// from its value in C. That order is fixed whatever the vector width or the number of workers
+// (workers split the rows or the columns of C, never k), so the simd kernels give the same bits
+// on every AVX-512 machine, and a product split over two cores equals the product on one.
+
+// gemmRows splits the m rows of C = op(A)·B over workers and runs gemm on each part.
+func gemmRows(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	parallel(min(workers, max(1, m/8)), func(w, nw int) {
+		lo, hi := split(m, w, nw, 4)
+		if lo < hi {
+			gemm(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc)
+		}
+	})
+}
+
+// split returns worker w's part [lo, hi) of n items cut into nw parts whose bounds are multiples
+// of align (except the last).
+func split(n, w, nw, align int) (lo, hi int) {
+	units := (n + align - 1) / align
+	lo, hi = w*units/nw*align, (w+1)*units/nw*align
+	return min(lo, n), min(hi, n)
+}
+
+// gemmScalar is the portable kernel: the same products, one element at a time.
+func gemmScalar(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	for i := range m {
+		crow := c[i*ldc : i*ldc+n]
+		for k := range kk {
+			av := a[i*ai+k*ak]
+			brow := b[k*ldb : k*ldb+n]
+			for j, bv := range brow {
+				crow[j] += av * bv
+			}
+		}
+	}
+}

@@ -1,0 +1,8 @@
+//go:build !(amd64 && goexperiment.simd)
+
+package learn
+
+// gemm adds op(A)·B into C (see gemm.go); builds without GOEXPERIMENT=simd use the portable loop.
+func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc)
+}

@@ -1,0 +1,131 @@
+//go:build amd64 && goexperiment.simd
+
+package learn
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// hasAVX512 selects the AVX-512 kernel (GOEXPERIMENT=simd builds on CPUs that have it).
+var hasAVX512 = archsimd.X86.AVX512()
+
+// gemm adds op(A)·B into C (see gemm.go).
+func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	if !hasAVX512 || m == 0 || n == 0 || kk == 0 {
+		gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc)
+		return
+	}
+	// Bounds: every index below is checked once here, so the kernels read through pointers.
+	last := (m-1)*ai + (kk-1)*ak
+	if last >= len(a) || (kk-1)*ldb+n > len(b) || (m-1)*ldc+n > len(c) {
+		panic("gemm: operand too short")
+	}
+	i := 0
+	for ; i+4 <= m; i += 4 {
+		j := 0
+		for ; j+32 <= n; j += 32 {
+			kernel4x32(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc)
+		}
+		for ; j < n; j += 16 {
+			kernel4x16(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc, min(16, n-j))
+		}
+	}
+	for ; i < m; i++ {
+		for j := 0; j < n; j += 16 {
+			kernel1x16(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(16, n-j))
+		}
+	}
+}
+
+func at(s []float32, i int) *float32 {
+	return (*float32)(unsafe.Add(unsafe.Pointer(unsafe.SliceData(s)), 4*i))
+}
+
+func load16(p *float32) archsimd.Float32x16 {
+	return archsimd.LoadFloat32x16((*[16]float32)(unsafe.Pointer(p)))
+}
+
+func store16(v archsimd.Float32x16, p *float32) { v.Store((*[16]float32)(unsafe.Pointer(p))) }
+
+func bcast(p *float32) archsimd.Float32x16 { return archsimd.BroadcastFloat32x16(*p) }
+
+// kernel4x32 computes a 4×32 block of C: 8 accumulators, two loads of B and four broadcasts
+// of A per k.
+func kernel4x32(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	c00, c01 := load16(at(c, 0)), load16(at(c, 16))
+	c10, c11 := load16(at(c, ldc)), load16(at(c, ldc+16))
+	c20, c21 := load16(at(c, 2*ldc)), load16(at(c, 2*ldc+16))
+	c30, c31 := load16(at(c, 3*ldc)), load16(at(c, 3*ldc+16))
+	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+	sa, sb := uintptr(4*ak), uintptr(4*ldb)
+	r1, r2, r3 := uintptr(4*ai), uintptr(8*ai), uintptr(12*ai)
+	for range kk {
+		b0 := archsimd.LoadFloat32x16((*[16]float32)(pb))
+		b1 := archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(pb, 64)))
+		a0 := archsimd.BroadcastFloat32x16(*(*float32)(pa))
+		c00, c01 = b0.MulAdd(a0, c00), b1.MulAdd(a0, c01)
+		a1 := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, r1)))
+		c10, c11 = b0.MulAdd(a1, c10), b1.MulAdd(a1, c11)
+		a2 := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, r2)))
+		c20, c21 = b0.MulAdd(a2, c20), b1.MulAdd(a2, c21)
+		a3 := archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, r3)))
+		c30, c31 = b0.MulAdd(a3, c30), b1.MulAdd(a3, c31)
+		pa, pb = unsafe.Add(pa, sa), unsafe.Add(pb, sb)
+	}
+	store16(c00, at(c, 0))
+	store16(c01, at(c, 16))
+	store16(c10, at(c, ldc))
+	store16(c11, at(c, ldc+16))
+	store16(c20, at(c, 2*ldc))
+	store16(c21, at(c, 2*ldc+16))
+	store16(c30, at(c, 3*ldc))
+	store16(c31, at(c, 3*ldc+16))
+}
+
+// kernel4x16 computes a 4×w block of C, w <= 16 columns (masked loads and stores past w).
+func kernel4x16(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, w int) {
+	if w == 16 {
+		c0, c1, c2, c3 := load16(at(c, 0)), load16(at(c, ldc)), load16(at(c, 2*ldc)), load16(at(c, 3*ldc))
+		pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+		sa, sb := uintptr(4*ak), uintptr(4*ldb)
+		r1, r2, r3 := uintptr(4*ai), uintptr(8*ai), uintptr(12*ai)
+		for range kk {
+			b0 := archsimd.LoadFloat32x16((*[16]float32)(pb))
+			c0 = b0.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(pa)), c0)
+			c1 = b0.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, r1))), c1)
+			c2 = b0.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, r2))), c2)
+			c3 = b0.MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(unsafe.Add(pa, r3))), c3)
+			pa, pb = unsafe.Add(pa, sa), unsafe.Add(pb, sb)
+		}
+		store16(c0, at(c, 0))
+		store16(c1, at(c, ldc))
+		store16(c2, at(c, 2*ldc))
+		store16(c3, at(c, 3*ldc))
+		return
+	}
+	for r := range 4 {
+		kernel1x16(kk, a[r*ai:], ak, b, ldb, c[r*ldc:], w)
+	}
+}
+
+// kernel1x16 computes one row of w <= 16 columns of C.
+func kernel1x16(kk int, a []float32, ak int, b []float32, ldb int, c []float32, w int) {
+	if w < 16 {
+		cs := c[:w:w]
+		acc := archsimd.LoadFloat32x16SlicePart(cs)
+		for k := range kk {
+			acc = archsimd.LoadFloat32x16SlicePart(b[k*ldb:k*ldb+w]).MulAdd(archsimd.BroadcastFloat32x16(a[k*ak]), acc)
+		}
+		acc.StoreSlicePart(cs)
+		return
+	}
+	acc := load16(at(c, 0))
+	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+	sa, sb := uintptr(4*ak), uintptr(4*ldb)
+	for range kk {
+		acc = archsimd.LoadFloat32x16((*[16]float32)(pb)).MulAdd(archsimd.BroadcastFloat32x16(*(*float32)(pa)), acc)
+		pa, pb = unsafe.Add(pa, sa), unsafe.Add(pb, sb)
+	}
+	store16(acc, at(c, 0))
+}

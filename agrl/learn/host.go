@@ -1,0 +1,621 @@
+package learn
+
+import (
+	"fmt"
+	"math"
+	"sync"
+
+	"agrl.dev/agrl"
+
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// The host trainer: on the go backend, a training step's forward and backward passes run as
+// plain Go over the model's weights instead of as a GoMLX graph (docs/performance.md, "The
+// host trainer"). The graph version spends two thirds of a step outside its matrix products,
+// in generic element-wise, transpose and reduction loops, and pads or packs sequences into
+// rows; here every sequence is computed at its own length (no padding, no packing, no mask
+// tensors), the products run on register-blocked AVX-512 kernels (gemm_simd.go), and both
+// cores share every stage. The loss stays a GoMLX graph (the trainer's LossFunc, evaluated
+// on the per-token statistics, which also gives its gradient with respect to them), and so
+// does the AdamW update, so optimizer state, checkpoints and resume are unchanged. It
+// computes exactly the model of model.go (TestHostMatchesGraph checks the statistics and the
+// gradients against the graph's); other backends (XLA) and learned positions use the graph.
+
+// parallel runs f(w, nw) for w < nw on nw goroutines (the caller's included) and waits.
+func parallel(nw int, f func(w, nw int)) {
+	if nw <= 1 {
+		f(0, 1)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < nw; w++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(w, nw) }()
+	}
+	f(0, nw)
+	wg.Wait()
+}
+
+// hostWeights are the model's weights copied from the store for one step, laid out for the
+// host kernels, with the transposes the backward pass multiplies by.
+type hostWeights struct {
+	embed, lnfG, lnfB []float32 // [V, d], [d], [d]
+	head, headT       []float32 // [d, V], [V, d]
+	layers            []hostLayer
+}
+
+type hostLayer struct {
+	ln1G, ln1B, ln2G, ln2B []float32 // [d]
+	qkv, qkvT              []float32 // [d, 3d]: q_w | k_w | v_w side by side; [3d, d]
+	out, outT              []float32 // [d, d]
+	fc1, fc1T              []float32 // [d, m], [m, d]
+	fc2, fc2T              []float32 // [m, d], [d, m]
+}
+
+// transpose returns the [c, r] transpose of the row-major [r, c] matrix x.
+func transpose(x []float32, r, c int) []float32 {
+	t := make([]float32, r*c)
+	for i := range r {
+		for j, v := range x[i*c : (i+1)*c] {
+			t[j*r+i] = v
+		}
+	}
+	return t
+}
+
+// hostWeightsOf copies the policy's weights out of its store (the caller holds p.mu).
+func (p *Policy) hostWeightsOf() (*hostWeights, error) {
+	c := p.arch
+	d, m, v := c.Width, c.MLP, c.Vocab()
+	get := func(name string) ([]float32, error) {
+		vr := p.store.GetVariable(model.JoinPath(lmScope, name))
+		if vr == nil {
+			return nil, fmt.Errorf("agrl: weight %s/%s missing from the store", lmScope, name)
+		}
+		val, err := vr.Value()
+		if err != nil {
+			return nil, fmt.Errorf("agrl: weight %s: %w", name, err)
+		}
+		return tensors.MustCopyFlatData[float32](val), nil
+	}
+	var firstErr error
+	must := func(name string) []float32 {
+		x, err := get(name)
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		return x
+	}
+	w := &hostWeights{embed: must("embed"), lnfG: must("lnf_g"), lnfB: must("lnf_b"), head: must("head_w")}
+	for l := range c.Layers {
+		pre := fmt.Sprintf("layer%d/", l)
+		q, k, vv := must(pre+"q_w"), must(pre+"k_w"), must(pre+"v_w")
+		lw := hostLayer{ln1G: must(pre + "ln1_g"), ln1B: must(pre + "ln1_b"), ln2G: must(pre + "ln2_g"), ln2B: must(pre + "ln2_b"),
+			out: must(pre + "out_w"), fc1: must(pre + "fc1_w"), fc2: must(pre + "fc2_w")}
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		lw.qkv = make([]float32, d*3*d)
+		for i := range d {
+			copy(lw.qkv[i*3*d:], q[i*d:(i+1)*d])
+			copy(lw.qkv[i*3*d+d:], k[i*d:(i+1)*d])
+			copy(lw.qkv[i*3*d+2*d:], vv[i*d:(i+1)*d])
+		}
+		lw.qkvT, lw.outT = transpose(lw.qkv, d, 3*d), transpose(lw.out, d, d)
+		lw.fc1T, lw.fc2T = transpose(lw.fc1, d, m), transpose(lw.fc2, m, d)
+		w.layers = append(w.layers, lw)
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	w.headT = transpose(w.head, d, v)
+	return w, nil
+}
+
+// hostPass is one forward pass over a batch of sequences, kept for its backward pass. Row r of
+// every [n, ·] matrix is one input position: sequence s's positions 0 … len-2 (its last token
+// is only a target) are rows off[s] … off[s]+len-2.
+type hostPass struct {
+	c       arch
+	w       *hostWeights
+	workers int
+	invT    float32
+	seqs    [][]int32
+	off     []int
+	n       int
+	layers  []hostActs
+	hf      []float32 // [n, d] final LayerNorm output
+	lnf     lnCache
+	lp      []float32 // [n, V] log-probabilities
+	// Per position: log-probability of the target, entropy, 1 if the target is the most likely.
+	logp, ent, top1 []float32
+}
+
+type lnCache struct{ xhat, rstd []float32 }
+
+type hostActs struct {
+	ln1, ln2 lnCache
+	h1, h2   []float32   // [n, d] LayerNorm outputs
+	qkv      []float32   // [n, 3d] queries (scaled) and keys after RoPE, values
+	probs    [][]float32 // [seq·H + head] attention probabilities [L, L] (zero above the diagonal)
+	o        []float32   // [n, d] attention outputs, heads side by side
+	u        []float32   // [n, m] ReLU outputs
+}
+
+// ropeHost returns RoPE's cos and sin tables [context, hd], the values ropeTables puts in the graph.
+func (c arch) ropeHost() (cos, sin []float32) {
+	hd := c.Width / c.Heads
+	half := hd / 2
+	cos, sin = make([]float32, c.Context*hd), make([]float32, c.Context*hd)
+	for p := range c.Context {
+		for i := range half {
+			a := float64(p) * math.Pow(ropeBase, -2*float64(i)/float64(hd))
+			cos[p*hd+i], cos[p*hd+i+half] = float32(math.Cos(a)), float32(math.Cos(a))
+			sin[p*hd+i], sin[p*hd+i+half] = float32(math.Sin(a)), float32(math.Sin(a))
+		}
+	}
+	return cos, sin
+}
+
+// ropeRows rotates the hd-wide blocks at column col of rows lo..hi of x (row length ld) by
+// their positions (pos[r]); inverse rotates by minus the angle (the backward pass).
+func ropeRows(x []float32, ld, col, hd int, pos []int32, cos, sin []float32, lo, hi int, inverse bool) {
+	half := hd / 2
+	for r := lo; r < hi; r++ {
+		cs, sn := cos[int(pos[r])*hd:], sin[int(pos[r])*hd:]
+		v := x[r*ld+col : r*ld+col+hd]
+		for i := range half {
+			x1, x2, c, s := v[i], v[i+half], cs[i], sn[i]
+			if inverse {
+				s = -s
+			}
+			v[i], v[i+half] = x1*c-x2*s, x2*c+x1*s
+		}
+	}
+}
+
+// layerNormRows normalises rows lo..hi of x [·, d] into y with gain g and bias b.
+func layerNormRows(x, y, g, b []float32, d, lo, hi int, cache lnCache) {
+	for r := lo; r < hi; r++ {
+		row := x[r*d : (r+1)*d]
+		var mean float32
+		for _, v := range row {
+			mean += v
+		}
+		mean /= float32(d)
+		var vs float32
+		for _, v := range row {
+			vs += (v - mean) * (v - mean)
+		}
+		rstd := float32(1 / math.Sqrt(float64(vs/float32(d)+lnEps)))
+		cache.rstd[r] = rstd
+		xh, out := cache.xhat[r*d:(r+1)*d], y[r*d:(r+1)*d]
+		for j, v := range row {
+			xh[j] = (v - mean) * rstd
+			out[j] = xh[j]*g[j] + b[j]
+		}
+	}
+}
+
+// layerNormBackRows adds LayerNorm's input gradient for rows lo..hi to dx, given the output
+// gradient dy: dx += r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)) with dx̂ = dy·g.
+func layerNormBackRows(dy, dx, g []float32, d, lo, hi int, cache lnCache) {
+	dxh := make([]float32, d)
+	for r := lo; r < hi; r++ {
+		xh, dyr := cache.xhat[r*d:(r+1)*d], dy[r*d:(r+1)*d]
+		var m1, m2 float32
+		for j := range d {
+			dxh[j] = dyr[j] * g[j]
+			m1 += dxh[j]
+			m2 += dxh[j] * xh[j]
+		}
+		m1 /= float32(d)
+		m2 /= float32(d)
+		rstd, out := cache.rstd[r], dx[r*d:(r+1)*d]
+		for j := range d {
+			out[j] += rstd * (dxh[j] - m1 - xh[j]*m2)
+		}
+	}
+}
+
+// gainGrads adds Σ_rows dy·x̂ to dg and Σ_rows dy to db.
+func gainGrads(dy []float32, cache lnCache, dg, db []float32, n, d int) {
+	for r := range n {
+		xh, dyr := cache.xhat[r*d:(r+1)*d], dy[r*d:(r+1)*d]
+		for j := range d {
+			dg[j] += dyr[j] * xh[j]
+			db[j] += dyr[j]
+		}
+	}
+}
+
+// seqSplit assigns the sequences to workers, balancing the attention's cost (length²).
+func seqSplit(seqs [][]int32, nw int) [][]int {
+	parts := make([][]int, nw)
+	load := make([]int, nw)
+	for s := range seqs {
+		best := 0
+		for w := 1; w < nw; w++ {
+			if load[w] < load[best] {
+				best = w
+			}
+		}
+		l := len(seqs[s]) - 1
+		load[best] += l*l + 64
+		parts[best] = append(parts[best], s)
+	}
+	return parts
+}
+
+// hostForward runs the model over the sequences (each at least 2 tokens, at most the context)
+// at inverse temperature invT.
+func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers int) *hostPass {
+	d, m, v, nh := c.Width, c.MLP, c.Vocab(), c.Heads
+	hd := d / nh
+	ps := &hostPass{c: c, w: w, workers: max(1, workers), invT: invT, seqs: seqs, off: make([]int, len(seqs))}
+	for s, seq := range seqs {
+		ps.off[s] = ps.n
+		ps.n += len(seq) - 1
+	}
+	n, nw := ps.n, ps.workers
+	pos := make([]int32, n)
+	x := make([]float32, n*d)
+	for s, seq := range seqs {
+		for t, tok := range seq[:len(seq)-1] {
+			pos[ps.off[s]+t] = int32(t)
+			copy(x[(ps.off[s]+t)*d:], w.embed[int(tok)*d:(int(tok)+1)*d])
+		}
+	}
+	cos, sin := c.ropeHost()
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	bySeq := seqSplit(seqs, nw)
+	rows := func(f func(lo, hi int)) {
+		parallel(nw, func(wk, nw int) { lo, hi := split(n, wk, nw, 1); f(lo, hi) })
+	}
+	for l := range w.layers {
+		lw := &w.layers[l]
+		a := hostActs{ln1: lnCache{make([]float32, n*d), make([]float32, n)}, ln2: lnCache{make([]float32, n*d), make([]float32, n)},
+			h1: make([]float32, n*d), h2: make([]float32, n*d), qkv: make([]float32, n*3*d), o: make([]float32, n*d),
+			u: make([]float32, n*m), probs: make([][]float32, len(seqs)*nh)}
+		rows(func(lo, hi int) { layerNormRows(x, a.h1, lw.ln1G, lw.ln1B, d, lo, hi, a.ln1) })
+		gemmRows(nw, n, 3*d, d, a.h1, d, 1, lw.qkv, 3*d, a.qkv, 3*d)
+		rows(func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				for j := range d {
+					a.qkv[r*3*d+j] *= scale
+				}
+			}
+			for h := range nh {
+				ropeRows(a.qkv, 3*d, h*hd, hd, pos, cos, sin, lo, hi, false)
+				ropeRows(a.qkv, 3*d, d+h*hd, hd, pos, cos, sin, lo, hi, false)
+			}
+		})
+		parallel(nw, func(wk, _ int) {
+			for _, s := range bySeq[wk] {
+				L, o0 := len(seqs[s])-1, ps.off[s]
+				kT := make([]float32, hd*L)
+				for h := range nh {
+					for t := range L {
+						for j, kv := range a.qkv[(o0+t)*3*d+d+h*hd : (o0+t)*3*d+d+(h+1)*hd] {
+							kT[j*L+t] = kv
+						}
+					}
+					pr := make([]float32, L*L)
+					gemm(L, L, hd, a.qkv[o0*3*d+h*hd:], 3*d, 1, kT, L, pr, L)
+					for i := range L {
+						row := pr[i*L : (i+1)*L]
+						mx := row[0]
+						for _, sv := range row[1 : i+1] {
+							mx = max(mx, sv)
+						}
+						var sum float32
+						for j := range i + 1 {
+							e := float32(math.Exp(float64(row[j] - mx)))
+							row[j] = e
+							sum += e
+						}
+						inv := 1 / sum
+						for j := range i + 1 {
+							row[j] *= inv
+						}
+						clear(row[i+1:])
+					}
+					a.probs[s*nh+h] = pr
+					gemm(L, hd, L, pr, L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[o0*d+h*hd:], d)
+				}
+			}
+		})
+		att := make([]float32, n*d)
+		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, att, d)
+		for i, av := range att {
+			x[i] += av
+		}
+		rows(func(lo, hi int) { layerNormRows(x, a.h2, lw.ln2G, lw.ln2B, d, lo, hi, a.ln2) })
+		gemmRows(nw, n, m, d, a.h2, d, 1, lw.fc1, m, a.u, m)
+		for i, uv := range a.u {
+			a.u[i] = max(uv, 0)
+		}
+		y := make([]float32, n*d)
+		gemmRows(nw, n, d, m, a.u, m, 1, lw.fc2, d, y, d)
+		for i, yv := range y {
+			x[i] += yv
+		}
+		ps.layers = append(ps.layers, a)
+	}
+	ps.hf, ps.lnf = make([]float32, n*d), lnCache{make([]float32, n*d), make([]float32, n)}
+	rows(func(lo, hi int) { layerNormRows(x, ps.hf, w.lnfG, w.lnfB, d, lo, hi, ps.lnf) })
+	ps.lp = make([]float32, n*v)
+	gemmRows(nw, n, v, d, ps.hf, d, 1, w.head, v, ps.lp, v)
+	ban := make([]float32, v)
+	for _, id := range bannedTokens() {
+		ban[id] = maskedLogit
+	}
+	targets := make([]int32, n)
+	for s, seq := range seqs {
+		copy(targets[ps.off[s]:], seq[1:])
+	}
+	ps.logp, ps.ent, ps.top1 = make([]float32, n), make([]float32, n), make([]float32, n)
+	rows(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			z := ps.lp[r*v : (r+1)*v]
+			mx := float32(math.Inf(-1))
+			for j := range z {
+				z[j] = z[j]*invT + ban[j]
+				mx = max(mx, z[j])
+			}
+			var sum float64
+			for _, zv := range z {
+				sum += math.Exp(float64(zv - mx))
+			}
+			lse := mx + float32(math.Log(sum))
+			var ent float32
+			for j := range z {
+				z[j] -= lse
+				ent -= float32(math.Exp(float64(z[j]))) * z[j]
+			}
+			lt := z[targets[r]]
+			ps.logp[r], ps.ent[r] = lt, ent
+			if lt >= mx-lse {
+				ps.top1[r] = 1
+			}
+		}
+	})
+	return ps
+}
+
+// backward returns the gradients of a loss whose derivatives with respect to each position's
+// target log-probability and entropy are dlogp and dent ([n] each), in weightSpecs order.
+func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
+	c, w, n, nw := ps.c, ps.w, ps.n, ps.workers
+	d, m, v, nh := c.Width, c.MLP, c.Vocab(), c.Heads
+	hd := d / nh
+	rows := func(f func(lo, hi int)) {
+		parallel(nw, func(wk, nw int) { lo, hi := split(n, wk, nw, 1); f(lo, hi) })
+	}
+	// Output layer: z = invT·logits + ban, lp = z − logsumexp(z); ∂logp/∂z = onehot − p,
+	// ∂H/∂z = −p·(lp + H).
+	dlog := make([]float32, n*v)
+	targets := make([]int32, n)
+	for s, seq := range ps.seqs {
+		copy(targets[ps.off[s]:], seq[1:])
+	}
+	rows(func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			lp, dz := ps.lp[r*v:(r+1)*v], dlog[r*v:(r+1)*v]
+			a, e, ent := dlogp[r], dent[r], ps.ent[r]
+			for j, l := range lp {
+				p := float32(math.Exp(float64(l)))
+				dz[j] = ps.invT * (-a*p - e*p*(l+ent))
+			}
+			dz[targets[r]] += ps.invT * a
+		}
+	})
+	grads := map[string][]float32{}
+	grads["head_w"] = make([]float32, d*v)
+	gemmRows(nw, d, v, n, ps.hf, 1, d, dlog, v, grads["head_w"], v)
+	dh := make([]float32, n*d)
+	gemmRows(nw, n, d, v, dlog, v, 1, w.headT, d, dh, d)
+	grads["lnf_g"], grads["lnf_b"] = make([]float32, d), make([]float32, d)
+	gainGrads(dh, ps.lnf, grads["lnf_g"], grads["lnf_b"], n, d)
+	dx := make([]float32, n*d)
+	rows(func(lo, hi int) { layerNormBackRows(dh, dx, w.lnfG, d, lo, hi, ps.lnf) })
+	cos, sin := c.ropeHost()
+	pos := make([]int32, n)
+	for s, seq := range ps.seqs {
+		for t := range len(seq) - 1 {
+			pos[ps.off[s]+t] = int32(t)
+		}
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	bySeq := seqSplit(ps.seqs, nw)
+	for l := len(w.layers) - 1; l >= 0; l-- {
+		lw, a := &w.layers[l], &ps.layers[l]
+		pre := fmt.Sprintf("layer%d/", l)
+		// MLP: x += fc2·relu(fc1·LN2(x)).
+		dFc2 := make([]float32, m*d)
+		gemmRows(nw, m, d, n, a.u, 1, m, dx, d, dFc2, d)
+		du := make([]float32, n*m)
+		gemmRows(nw, n, m, d, dx, d, 1, lw.fc2T, m, du, m)
+		for i, uv := range a.u {
+			if uv <= 0 {
+				du[i] = 0
+			}
+		}
+		dFc1 := make([]float32, d*m)
+		gemmRows(nw, d, m, n, a.h2, 1, d, du, m, dFc1, m)
+		dh2 := make([]float32, n*d)
+		gemmRows(nw, n, d, m, du, m, 1, lw.fc1T, d, dh2, d)
+		dg2, db2 := make([]float32, d), make([]float32, d)
+		gainGrads(dh2, a.ln2, dg2, db2, n, d)
+		rows(func(lo, hi int) { layerNormBackRows(dh2, dx, lw.ln2G, d, lo, hi, a.ln2) })
+		// Attention: x += out·attention(LN1(x)).
+		dOut := make([]float32, d*d)
+		gemmRows(nw, d, d, n, a.o, 1, d, dx, d, dOut, d)
+		do := make([]float32, n*d)
+		gemmRows(nw, n, d, d, dx, d, 1, lw.outT, d, do, d)
+		dqkv := make([]float32, n*3*d)
+		parallel(nw, func(wk, _ int) {
+			for _, s := range bySeq[wk] {
+				L, o0 := len(ps.seqs[s])-1, ps.off[s]
+				vT := make([]float32, hd*L)
+				dp := make([]float32, L*L)
+				for h := range nh {
+					pr := a.probs[s*nh+h]
+					for t := range L {
+						for j, vv := range a.qkv[(o0+t)*3*d+2*d+h*hd : (o0+t)*3*d+2*d+(h+1)*hd] {
+							vT[j*L+t] = vv
+						}
+					}
+					clear(dp)
+					gemm(L, L, hd, do[o0*d+h*hd:], d, 1, vT, L, dp, L) // dP = dO·vᵀ
+					for i := range L {                                 // dS = P⊙(dP − Σ P⊙dP)
+						prow, drow := pr[i*L:i*L+i+1], dp[i*L:i*L+i+1]
+						var dot float32
+						for j, pv := range prow {
+							dot += pv * drow[j]
+						}
+						for j, pv := range prow {
+							drow[j] = pv * (drow[j] - dot)
+						}
+						clear(dp[i*L+i+1 : (i+1)*L])
+					}
+					gemm(L, hd, L, dp, L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[o0*3*d+h*hd:], 3*d) // dq = dS·k
+					gemm(L, hd, L, dp, 1, L, a.qkv[o0*3*d+h*hd:], 3*d, dqkv[o0*3*d+d+h*hd:], 3*d) // dk = dSᵀ·q
+					gemm(L, hd, L, pr, 1, L, do[o0*d+h*hd:], d, dqkv[o0*3*d+2*d+h*hd:], 3*d)      // dv = Pᵀ·dO
+				}
+			}
+		})
+		rows(func(lo, hi int) {
+			for h := range nh {
+				ropeRows(dqkv, 3*d, h*hd, hd, pos, cos, sin, lo, hi, true)
+				ropeRows(dqkv, 3*d, d+h*hd, hd, pos, cos, sin, lo, hi, true)
+			}
+			for r := lo; r < hi; r++ {
+				for j := range d {
+					dqkv[r*3*d+j] *= scale
+				}
+			}
+		})
+		dW := make([]float32, d*3*d)
+		gemmRows(nw, d, 3*d, n, a.h1, 1, d, dqkv, 3*d, dW, 3*d)
+		dh1 := make([]float32, n*d)
+		gemmRows(nw, n, d, 3*d, dqkv, 3*d, 1, lw.qkvT, d, dh1, d)
+		dg1, db1 := make([]float32, d), make([]float32, d)
+		gainGrads(dh1, a.ln1, dg1, db1, n, d)
+		rows(func(lo, hi int) { layerNormBackRows(dh1, dx, lw.ln1G, d, lo, hi, a.ln1) })
+		dq, dk, dv := make([]float32, d*d), make([]float32, d*d), make([]float32, d*d)
+		for i := range d {
+			copy(dq[i*d:], dW[i*3*d:i*3*d+d])
+			copy(dk[i*d:], dW[i*3*d+d:i*3*d+2*d])
+			copy(dv[i*d:], dW[i*3*d+2*d:i*3*d+3*d])
+		}
+		grads[pre+"ln1_g"], grads[pre+"ln1_b"], grads[pre+"ln2_g"], grads[pre+"ln2_b"] = dg1, db1, dg2, db2
+		grads[pre+"q_w"], grads[pre+"k_w"], grads[pre+"v_w"], grads[pre+"out_w"] = dq, dk, dv, dOut
+		grads[pre+"fc1_w"], grads[pre+"fc2_w"] = dFc1, dFc2
+	}
+	dEmb := make([]float32, v*d)
+	for s, seq := range ps.seqs {
+		for t, tok := range seq[:len(seq)-1] {
+			row, src := dEmb[int(tok)*d:(int(tok)+1)*d], dx[(ps.off[s]+t)*d:]
+			for j := range row {
+				row[j] += src[j]
+			}
+		}
+	}
+	grads["embed"] = dEmb
+	specs := c.weightSpecs()
+	out := make([][]float32, len(specs))
+	for i, s := range specs {
+		out[i] = grads[s.name]
+	}
+	return out
+}
+
+// hostTrains reports whether the policy's training steps take the host path: the go backend,
+// RoPE positions (the host code has no learned position table), and AGRL_HOST_TRAIN not "0".
+func (p *Policy) hostTrains() bool {
+	return p.backend.String() == "go" && p.arch.Positions == agrl.RoPE && !p.graphTrain
+}
+
+// hostLossGraph evaluates the trainer's loss on per-token statistics computed on the host,
+// laid out as one row [1, N] (padding positions have Valid 0 and every value 0; a LossFunc
+// adds up over tokens, so the layout does not change it). Inputs: log-probs, entropies, top-1,
+// valid, then one [1, N] per value name and one scalar sum per value name. Outputs: loss,
+// metrics, ∂loss/∂log-probs and ∂loss/∂entropies.
+func (t *Trainer) hostLossGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	nv := len(t.values)
+	li := LossInputs{LogProbs: in[0], Entropy: in[1], Top1: in[2], Valid: in[3], Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
+	for i, name := range t.values {
+		li.Values[name] = in[4+i]
+		li.Sums[name] = in[4+nv+i]
+	}
+	loss, metrics := t.lossAndMetrics(li)
+	out := append([]*graph.Node{loss}, metrics...)
+	return append(out, graph.Gradient(loss, in[0], in[1])...)
+}
+
+// hostBucket rounds a token count up to the loss graph's next compiled length.
+func hostBucket(n int) int { return (n + 255) / 256 * 256 }
+
+// hostGrads computes a batch's loss, metrics and weight gradients on the host (the caller holds
+// p.mu). The gradients are in weightSpecs order, as the update graph takes them.
+func (t *Trainer) hostGrads(b TrainBatch) (agrl.StepStats, []*tensors.Tensor, error) {
+	p := t.p
+	if t.hostExec == nil {
+		var err error
+		if t.hostExec, err = p.newExec("train-host-loss", t.hostLossGraph); err != nil {
+			return agrl.StepStats{}, nil, err
+		}
+	}
+	w, err := p.hostWeightsOf()
+	if err != nil {
+		return agrl.StepStats{}, nil, err
+	}
+	ps := p.arch.hostForward(w, b.Tokens, t.invT, t.shards)
+	width := hostBucket(ps.n)
+	row := func(x []float32) *tensors.Tensor {
+		r := make([]float32, width)
+		copy(r, x)
+		return tensors.FromFlatDataAndDimensions(r, 1, width)
+	}
+	valid := make([]float32, ps.n)
+	for s, seq := range b.Tokens {
+		for j, tok := range seq[1:] {
+			if tok != agrl.PAD && tok != agrl.BOS { // as the graph's Valid
+				valid[ps.off[s]+j] = 1
+			}
+		}
+	}
+	args := []any{row(ps.logp), row(ps.ent), row(ps.top1), row(valid)}
+	sums := make([]any, len(t.values))
+	for k, name := range t.values {
+		vals := make([]float32, ps.n)
+		var sum float32
+		for s, vs := range b.Values[name] {
+			copy(vals[ps.off[s]:], vs[1:])
+			for _, v := range vs[1:] {
+				sum += v
+			}
+		}
+		args = append(args, row(vals))
+		sums[k] = sum
+	}
+	outs, err := call(t.hostExec, append(args, sums...)...)
+	if err != nil {
+		return agrl.StepStats{}, nil, err
+	}
+	st := t.stats([][]*tensors.Tensor{outs[:1+len(t.metrics)]})
+	nm := 1 + len(t.metrics)
+	dlogp, dent := tensors.MustCopyFlatData[float32](outs[nm]), tensors.MustCopyFlatData[float32](outs[nm+1])
+	_, _ = outs[nm].FinalizeAll(), outs[nm+1].FinalizeAll()
+	gs := ps.backward(dlogp[:ps.n], dent[:ps.n])
+	specs := p.arch.weightSpecs()
+	grads := make([]*tensors.Tensor, len(gs))
+	for i, g := range gs {
+		grads[i] = tensors.FromFlatDataAndDimensions(g, specs[i].dims...)
+	}
+	return st, grads, nil
+}

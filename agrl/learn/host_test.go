@@ -1,0 +1,158 @@
+package learn
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"agrl.dev/agrl"
+
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// TestGemm checks the host kernels against a float64 product, in every layout the host trainer
+// uses (A row-major and transposed, strided B and C) and at shapes with every kind of tail.
+func TestGemm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	fill := func(n int) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		return x
+	}
+	for _, sh := range [][3]int{{1, 1, 1}, {4, 32, 8}, {5, 37, 3}, {7, 16, 40}, {9, 33, 17}, {64, 211, 128}, {3, 15, 2}, {130, 384, 128}} {
+		m, n, kk := sh[0], sh[1], sh[2]
+		for _, trans := range []bool{false, true} {
+			a := fill(m * kk)
+			ai, ak := kk, 1
+			if trans {
+				ai, ak = 1, m
+			}
+			ldb, ldc := n+3, n+5
+			b, c := fill(kk*ldb), fill(m*ldc)
+			want := make([]float64, len(c))
+			for i := range m {
+				for j := range ldc {
+					want[i*ldc+j] = float64(c[i*ldc+j])
+					if j >= n {
+						continue
+					}
+					for k := range kk {
+						want[i*ldc+j] += float64(a[i*ai+k*ak]) * float64(b[k*ldb+j])
+					}
+				}
+			}
+			for _, workers := range []int{1, 2} {
+				got := append([]float32(nil), c...)
+				gemmRows(workers, m, n, kk, a, ai, ak, b, ldb, got, ldc)
+				for i, g := range got {
+					if d := math.Abs(float64(g) - want[i]); d > 1e-4*(1+math.Abs(want[i])) {
+						t.Fatalf("%v trans %v workers %d: C[%d] = %v, want %v", sh, trans, workers, i, g, want[i])
+					}
+				}
+				if workers == 2 {
+					one := append([]float32(nil), c...)
+					gemmRows(1, m, n, kk, a, ai, ak, b, ldb, one, ldc)
+					for i := range one {
+						if one[i] != got[i] {
+							t.Fatalf("%v: two workers differ from one at %d: %v vs %v", sh, i, got[i], one[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// entLoss is a loss that reads log-probs, entropies and two values: −Σ mask·(adv·logp + 0.05·H) / Σ mask.
+func entLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
+	mask := graph.Mul(in.Values["mask"], in.Valid)
+	g := mask.Graph()
+	n := graph.Max(in.Sums["mask"], graph.Const(g, float32(1)))
+	obj := graph.Add(graph.Mul(in.Values["adv"], in.LogProbs), graph.MulScalar(in.Entropy, 0.05))
+	loss := graph.Div(graph.Neg(graph.ReduceAllSum(graph.Mul(mask, obj))), n)
+	return loss, map[string]*graph.Node{
+		"accuracy": graph.Div(graph.ReduceAllSum(graph.Mul(mask, in.Top1)), n),
+		"entropy":  graph.Div(graph.ReduceAllSum(graph.Mul(mask, in.Entropy)), n),
+	}
+}
+
+// TestHostMatchesGraph computes one batch's loss, metrics and gradients with the host trainer
+// and with the GoMLX graph, and checks that they agree (float rounding only), at temperature 1
+// and 0.7, for the SFT loss and for a loss with an entropy term.
+func TestHostMatchesGraph(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	p := MustNewPolicy(agrl.TinyLM().Context(128).Seed(9))
+	v := p.arch.Vocab()
+	var b TrainBatch
+	b.Values = map[string][][]float32{"mask": nil, "adv": nil}
+	for i := range 13 {
+		n := 2 + rng.IntN(90)
+		if i == 0 {
+			n = 128
+		}
+		seq := []int32{agrl.BOS}
+		mask, adv := []float32{0}, []float32{0}
+		for range n - 1 {
+			seq = append(seq, int32(4+rng.IntN(v-4)))
+			mask = append(mask, float32(rng.IntN(2)))
+			adv = append(adv, float32(rng.NormFloat64()))
+		}
+		b.Tokens = append(b.Tokens, seq)
+		b.Values["mask"] = append(b.Values["mask"], mask)
+		b.Values["adv"] = append(b.Values["adv"], adv)
+	}
+	for _, tc := range []struct {
+		loss LossFunc
+		temp float64
+	}{{SFTLoss, 1}, {entLoss, 0.7}} {
+		values := []string{"mask"}
+		if tc.temp != 1 {
+			values = append(values, "adv")
+		}
+		tr, err := p.NewTrainer("cmp", tc.loss, values, agrl.NewAdamW(), tc.temp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.ensureExecs(); err != nil {
+			t.Fatal(err)
+		}
+		pieces, plan, _ := tr.pieceArgs(b)
+		outs, err := runPieces(tr.gradExec, pieces, plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gst := tr.stats(outs)
+		hst, hgrads, err := tr.hostGrads(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := math.Abs(gst.Loss - hst.Loss); d > 1e-5*(1+math.Abs(gst.Loss)) {
+			t.Errorf("T %v: loss host %v, graph %v", tc.temp, hst.Loss, gst.Loss)
+		}
+		for k, gv := range gst.Metrics {
+			if d := math.Abs(gv - hst.Metrics[k]); d > 1e-5*(1+math.Abs(gv)) {
+				t.Errorf("T %v: metric %s host %v, graph %v", tc.temp, k, hst.Metrics[k], gv)
+			}
+		}
+		for i, spec := range p.arch.weightSpecs() {
+			want := make([]float32, len(tensors.MustCopyFlatData[float32](hgrads[i])))
+			for _, o := range outs {
+				for j, x := range tensors.MustCopyFlatData[float32](o[1+len(tr.metrics)+i]) {
+					want[j] += x
+				}
+			}
+			got := tensors.MustCopyFlatData[float32](hgrads[i])
+			var scale, worst float64
+			for j := range want {
+				scale = max(scale, math.Abs(float64(want[j])))
+				worst = max(worst, math.Abs(float64(got[j]-want[j])))
+			}
+			if scale == 0 || worst > 2e-4*scale {
+				t.Errorf("T %v: gradient of %s: max |host − graph| %.3g, max |graph| %.3g", tc.temp, spec.name, worst, scale)
+			}
+		}
+	}
+}
