@@ -121,6 +121,7 @@ func (p *Policy) hostWeightsOf() (*hostWeights, error) {
 type hostPass struct {
 	c       arch
 	w       *hostWeights
+	ar      *arena
 	workers int
 	invT    float32
 	seqs    [][]int32
@@ -129,7 +130,7 @@ type hostPass struct {
 	layers  []hostActs
 	hf      []float32 // [n, d] final LayerNorm output
 	lnf     lnCache
-	lp      []float32 // [n, V] log-probabilities
+	lp, p   []float32 // [n, V] log-probabilities and probabilities
 	// Per position: log-probability of the target, entropy, 1 if the target is the most likely.
 	logp, ent, top1 []float32
 }
@@ -252,17 +253,18 @@ func seqSplit(seqs [][]int32, nw int) [][]int {
 
 // hostForward runs the model over the sequences (each at least 2 tokens, at most the context)
 // at inverse temperature invT.
-func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers int) *hostPass {
+func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float32, workers int) *hostPass {
 	d, m, v, nh := c.Width, c.MLP, c.Vocab(), c.Heads
 	hd := d / nh
-	ps := &hostPass{c: c, w: w, workers: max(1, workers), invT: invT, seqs: seqs, off: make([]int, len(seqs))}
+	ps := &hostPass{c: c, w: w, ar: ar, workers: max(1, workers), invT: invT, seqs: seqs, off: make([]int, len(seqs))}
 	for s, seq := range seqs {
 		ps.off[s] = ps.n
 		ps.n += len(seq) - 1
 	}
 	n, nw := ps.n, ps.workers
 	pos := make([]int32, n)
-	x := make([]float32, n*d)
+	f := ar.alloc
+	x := f(n * d)
 	for s, seq := range seqs {
 		for t, tok := range seq[:len(seq)-1] {
 			pos[ps.off[s]+t] = int32(t)
@@ -277,9 +279,17 @@ func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers 
 	}
 	for l := range w.layers {
 		lw := &w.layers[l]
-		a := hostActs{ln1: lnCache{make([]float32, n*d), make([]float32, n)}, ln2: lnCache{make([]float32, n*d), make([]float32, n)},
-			h1: make([]float32, n*d), h2: make([]float32, n*d), qkv: make([]float32, n*3*d), o: make([]float32, n*d),
-			u: make([]float32, n*m), probs: make([][]float32, len(seqs)*nh)}
+		a := hostActs{ln1: lnCache{f(n * d), f(n)}, ln2: lnCache{f(n * d), f(n)},
+			h1: f(n * d), h2: f(n * d), qkv: f(n * 3 * d), o: f(n * d), u: f(n * m), probs: make([][]float32, len(seqs)*nh)}
+		for s, seq := range seqs {
+			for h := range nh {
+				a.probs[s*nh+h] = f((len(seq) - 1) * (len(seq) - 1))
+			}
+		}
+		kTs := make([][]float32, nw)
+		for wk := range nw {
+			kTs[wk] = f(hd * c.Context)
+		}
 		rows(func(lo, hi int) { layerNormRows(x, a.h1, lw.ln1G, lw.ln1B, d, lo, hi, a.ln1) })
 		gemmRows(nw, n, 3*d, d, a.h1, d, 1, lw.qkv, 3*d, a.qkv, 3*d)
 		rows(func(lo, hi int) {
@@ -296,14 +306,14 @@ func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers 
 		parallel(nw, func(wk, _ int) {
 			for _, s := range bySeq[wk] {
 				L, o0 := len(seqs[s])-1, ps.off[s]
-				kT := make([]float32, hd*L)
+				kT := kTs[wk][:hd*L]
 				for h := range nh {
 					for t := range L {
 						for j, kv := range a.qkv[(o0+t)*3*d+d+h*hd : (o0+t)*3*d+d+(h+1)*hd] {
 							kT[j*L+t] = kv
 						}
 					}
-					pr := make([]float32, L*L)
+					pr := a.probs[s*nh+h]
 					gemm(L, L, hd, a.qkv[o0*3*d+h*hd:], 3*d, 1, kT, L, pr, L)
 					for i := range L {
 						row := pr[i*L : (i+1)*L]
@@ -313,7 +323,7 @@ func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers 
 						}
 						var sum float32
 						for j := range i + 1 {
-							e := float32(math.Exp(float64(row[j] - mx)))
+							e := exp32(row[j] - mx)
 							row[j] = e
 							sum += e
 						}
@@ -323,12 +333,11 @@ func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers 
 						}
 						clear(row[i+1:])
 					}
-					a.probs[s*nh+h] = pr
 					gemm(L, hd, L, pr, L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[o0*d+h*hd:], d)
 				}
 			}
 		})
-		att := make([]float32, n*d)
+		att := f(n * d)
 		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, att, d)
 		for i, av := range att {
 			x[i] += av
@@ -338,16 +347,16 @@ func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers 
 		for i, uv := range a.u {
 			a.u[i] = max(uv, 0)
 		}
-		y := make([]float32, n*d)
+		y := f(n * d)
 		gemmRows(nw, n, d, m, a.u, m, 1, lw.fc2, d, y, d)
 		for i, yv := range y {
 			x[i] += yv
 		}
 		ps.layers = append(ps.layers, a)
 	}
-	ps.hf, ps.lnf = make([]float32, n*d), lnCache{make([]float32, n*d), make([]float32, n)}
+	ps.hf, ps.lnf = f(n*d), lnCache{f(n * d), f(n)}
 	rows(func(lo, hi int) { layerNormRows(x, ps.hf, w.lnfG, w.lnfB, d, lo, hi, ps.lnf) })
-	ps.lp = make([]float32, n*v)
+	ps.lp, ps.p = f(n*v), f(n*v)
 	gemmRows(nw, n, v, d, ps.hf, d, 1, w.head, v, ps.lp, v)
 	ban := make([]float32, v)
 	for _, id := range bannedTokens() {
@@ -357,24 +366,26 @@ func (c arch) hostForward(w *hostWeights, seqs [][]int32, invT float32, workers 
 	for s, seq := range seqs {
 		copy(targets[ps.off[s]:], seq[1:])
 	}
-	ps.logp, ps.ent, ps.top1 = make([]float32, n), make([]float32, n), make([]float32, n)
+	ps.logp, ps.ent, ps.top1 = f(n), f(n), f(n)
 	rows(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			z := ps.lp[r*v : (r+1)*v]
+			z, pr := ps.lp[r*v:(r+1)*v], ps.p[r*v:(r+1)*v]
 			mx := float32(math.Inf(-1))
 			for j := range z {
 				z[j] = z[j]*invT + ban[j]
 				mx = max(mx, z[j])
 			}
-			var sum float64
-			for _, zv := range z {
-				sum += math.Exp(float64(zv - mx))
+			var sum float32
+			for j, zv := range z {
+				pr[j] = exp32(zv - mx)
+				sum += pr[j]
 			}
-			lse := mx + float32(math.Log(sum))
+			lse, inv := mx+float32(math.Log(float64(sum))), 1/sum
 			var ent float32
 			for j := range z {
 				z[j] -= lse
-				ent -= float32(math.Exp(float64(z[j]))) * z[j]
+				pr[j] *= inv
+				ent -= pr[j] * z[j]
 			}
 			lt := z[targets[r]]
 			ps.logp[r], ps.ent[r] = lt, ent
@@ -395,20 +406,20 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	rows := func(f func(lo, hi int)) {
 		parallel(nw, func(wk, nw int) { lo, hi := split(n, wk, nw, 1); f(lo, hi) })
 	}
+	f := ps.ar.alloc
 	// Output layer: z = invT·logits + ban, lp = z − logsumexp(z); ∂logp/∂z = onehot − p,
 	// ∂H/∂z = −p·(lp + H).
-	dlog := make([]float32, n*v)
+	dlog := f(n * v)
 	targets := make([]int32, n)
 	for s, seq := range ps.seqs {
 		copy(targets[ps.off[s]:], seq[1:])
 	}
 	rows(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			lp, dz := ps.lp[r*v:(r+1)*v], dlog[r*v:(r+1)*v]
+			lp, pr, dz := ps.lp[r*v:(r+1)*v], ps.p[r*v:(r+1)*v], dlog[r*v:(r+1)*v]
 			a, e, ent := dlogp[r], dent[r], ps.ent[r]
 			for j, l := range lp {
-				p := float32(math.Exp(float64(l)))
-				dz[j] = ps.invT * (-a*p - e*p*(l+ent))
+				dz[j] = ps.invT * (-a*pr[j] - e*pr[j]*(l+ent))
 			}
 			dz[targets[r]] += ps.invT * a
 		}
@@ -416,11 +427,11 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	grads := map[string][]float32{}
 	grads["head_w"] = make([]float32, d*v)
 	gemmRows(nw, d, v, n, ps.hf, 1, d, dlog, v, grads["head_w"], v)
-	dh := make([]float32, n*d)
+	dh := f(n * d)
 	gemmRows(nw, n, d, v, dlog, v, 1, w.headT, d, dh, d)
 	grads["lnf_g"], grads["lnf_b"] = make([]float32, d), make([]float32, d)
 	gainGrads(dh, ps.lnf, grads["lnf_g"], grads["lnf_b"], n, d)
-	dx := make([]float32, n*d)
+	dx := f(n * d)
 	rows(func(lo, hi int) { layerNormBackRows(dh, dx, w.lnfG, d, lo, hi, ps.lnf) })
 	cos, sin := c.ropeHost()
 	pos := make([]int32, n)
@@ -437,7 +448,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		// MLP: x += fc2·relu(fc1·LN2(x)).
 		dFc2 := make([]float32, m*d)
 		gemmRows(nw, m, d, n, a.u, 1, m, dx, d, dFc2, d)
-		du := make([]float32, n*m)
+		du := f(n * m)
 		gemmRows(nw, n, m, d, dx, d, 1, lw.fc2T, m, du, m)
 		for i, uv := range a.u {
 			if uv <= 0 {
@@ -446,7 +457,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		}
 		dFc1 := make([]float32, d*m)
 		gemmRows(nw, d, m, n, a.h2, 1, d, du, m, dFc1, m)
-		dh2 := make([]float32, n*d)
+		dh2 := f(n * d)
 		gemmRows(nw, n, d, m, du, m, 1, lw.fc1T, d, dh2, d)
 		dg2, db2 := make([]float32, d), make([]float32, d)
 		gainGrads(dh2, a.ln2, dg2, db2, n, d)
@@ -454,14 +465,17 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		// Attention: x += out·attention(LN1(x)).
 		dOut := make([]float32, d*d)
 		gemmRows(nw, d, d, n, a.o, 1, d, dx, d, dOut, d)
-		do := make([]float32, n*d)
+		do := f(n * d)
 		gemmRows(nw, n, d, d, dx, d, 1, lw.outT, d, do, d)
-		dqkv := make([]float32, n*3*d)
+		dqkv := f(n * 3 * d)
+		vTs, dps := make([][]float32, nw), make([][]float32, nw)
+		for wk := range nw {
+			vTs[wk], dps[wk] = f(hd*c.Context), f(c.Context*c.Context)
+		}
 		parallel(nw, func(wk, _ int) {
 			for _, s := range bySeq[wk] {
 				L, o0 := len(ps.seqs[s])-1, ps.off[s]
-				vT := make([]float32, hd*L)
-				dp := make([]float32, L*L)
+				vT, dp := vTs[wk][:hd*L], dps[wk][:L*L]
 				for h := range nh {
 					pr := a.probs[s*nh+h]
 					for t := range L {
@@ -501,7 +515,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		})
 		dW := make([]float32, d*3*d)
 		gemmRows(nw, d, 3*d, n, a.h1, 1, d, dqkv, 3*d, dW, 3*d)
-		dh1 := make([]float32, n*d)
+		dh1 := f(n * d)
 		gemmRows(nw, n, d, 3*d, dqkv, 3*d, 1, lw.qkvT, d, dh1, d)
 		dg1, db1 := make([]float32, d), make([]float32, d)
 		gainGrads(dh1, a.ln1, dg1, db1, n, d)
@@ -574,7 +588,8 @@ func (t *Trainer) hostGrads(b TrainBatch) (agrl.StepStats, []*tensors.Tensor, er
 	if err != nil {
 		return agrl.StepStats{}, nil, err
 	}
-	ps := p.arch.hostForward(w, b.Tokens, t.invT, t.shards)
+	t.arena.reset()
+	ps := p.arch.hostForward(&t.arena, w, b.Tokens, t.invT, t.shards)
 	width := hostBucket(ps.n)
 	row := func(x []float32) *tensors.Tensor {
 		r := make([]float32, width)

@@ -156,3 +156,26 @@ func TestHostMatchesGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestExp32 checks the host softmaxes' exponential against math.Exp over its whole range.
+func TestExp32(t *testing.T) {
+	worst := 0.0
+	for x := float32(-87.3); x <= 88.7; x += 0.00731 {
+		want := math.Exp(float64(x))
+		rel := math.Abs(float64(exp32(x))-want) / want
+		worst = max(worst, rel)
+	}
+	if worst > 3e-7 { // 2.5 ulp of float32
+		t.Errorf("exp32: worst relative error %.3g", worst)
+	}
+	if exp32(-100) != 0 || !math.IsInf(float64(exp32(100)), 1) || exp32(0) != 1 {
+		t.Errorf("exp32 edges: %v %v %v", exp32(-100), exp32(100), exp32(0))
+	}
+	var a arena
+	x := a.alloc(10)
+	x[3] = 5
+	a.reset()
+	if y := a.alloc(10); y[3] != 0 {
+		t.Error("arena: alloc after reset is not cleared")
+	}
+}

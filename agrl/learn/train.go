@@ -75,6 +75,7 @@ type Trainer struct {
 	shards   int
 	gradExec *model.Exec // loss, metrics and gradients of one shard
 	hostExec *model.Exec // the host path's loss, metrics and their gradients (host.go)
+	arena    arena       // the host path's buffers, reused from step to step
 	evalExec *model.Exec // loss and metrics of one shard
 	updExec  *model.Exec // AdamW update from the shards' gradients
 	metrics  []string    // metric names in output order (fixed at the first build)
