@@ -576,7 +576,7 @@ func hostBucket(n int) int { return (n + 255) / 256 * 256 }
 
 // hostGrads computes a batch's loss, metrics and weight gradients on the host (the caller holds
 // p.mu). The gradients are in weightSpecs order, as the update graph takes them.
-func (t *Trainer) hostGrads(b TrainBatch) (agrl.StepStats, []*tensors.Tensor, error) {
+func (t *Trainer) hostGrads(b TrainBatch) (agrl.StepStats, [][]float32, error) {
 	p := t.p
 	if t.hostExec == nil {
 		var err error
@@ -626,11 +626,86 @@ func (t *Trainer) hostGrads(b TrainBatch) (agrl.StepStats, []*tensors.Tensor, er
 	nm := 1 + len(t.metrics)
 	dlogp, dent := tensors.MustCopyFlatData[float32](outs[nm]), tensors.MustCopyFlatData[float32](outs[nm+1])
 	_, _ = outs[nm].FinalizeAll(), outs[nm+1].FinalizeAll()
-	gs := ps.backward(dlogp[:ps.n], dent[:ps.n])
-	specs := p.arch.weightSpecs()
-	grads := make([]*tensors.Tensor, len(gs))
-	for i, g := range gs {
-		grads[i] = tensors.FromFlatDataAndDimensions(g, specs[i].dims...)
+	return st, ps.backward(dlogp[:ps.n], dent[:ps.n]), nil
+}
+
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// hostUpdate applies the AdamW step of updateGraph on the host, in place on the store's
+// tensors (which invalidates their on-device copies), and returns the global gradient norm
+// before clipping. The caller holds p.mu. Same arithmetic as updateGraph, in float32, with the
+// norm's sum of squares in float64; the update of large tensors is split over the workers.
+func (t *Trainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
+	p, o := t.p, t.opt.Spec()
+	var sumSq float64
+	for _, g := range grads {
+		for _, x := range g {
+			sumSq += float64(x) * float64(x)
+		}
 	}
-	return st, grads, nil
+	norm := math.Sqrt(sumSq)
+	if !finite(norm) {
+		return norm, nil // not applied: Step reports it
+	}
+	scale := float32(1)
+	if o.ClipNorm > 0 {
+		scale = min(1, float32(o.ClipNorm)/(float32(norm)+1e-6))
+	}
+	stepVar := p.store.GetVariable(t.statePath("step"))
+	if stepVar == nil {
+		return 0, fmt.Errorf("agrl: optimizer state %s missing", t.statePath("step"))
+	}
+	var step float32
+	if err := mutate(stepVar, func(s []float32) { s[0]++; step = s[0] }); err != nil {
+		return 0, err
+	}
+	b1, b2 := float32(o.Beta1), float32(o.Beta2)
+	corr1 := 1 - float32(math.Pow(o.Beta1, float64(step)))
+	corr2 := 1 - float32(math.Pow(o.Beta2, float64(step)))
+	sq2 := float32(math.Sqrt(float64(corr2)))
+	stepSize, epsHat := float32(lr)*sq2/corr1, float32(o.Eps)*sq2
+	decay := float32(lr * o.WeightDecay)
+	for i, s := range p.arch.weightSpecs() {
+		wv := p.store.GetVariable(model.JoinPath(lmScope, s.name))
+		mv, vv := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
+		if wv == nil || mv == nil || vv == nil {
+			return 0, fmt.Errorf("agrl: weight or optimizer state of %s missing", s.name)
+		}
+		g, wd := grads[i], float32(0)
+		if o.WeightDecay > 0 && decays(s.name) {
+			wd = decay
+		}
+		err := mutate(wv, func(w []float32) {
+			_ = mutate(mv, func(m []float32) {
+				_ = mutate(vv, func(v []float32) {
+					nw := 1
+					if len(w) >= 1<<15 {
+						nw = t.shards
+					}
+					parallel(nw, func(wk, nw int) {
+						lo, hi := split(len(w), wk, nw, 16)
+						for j := lo; j < hi; j++ {
+							gj := g[j] * scale
+							m[j] = b1*m[j] + (1-b1)*gj
+							v[j] = b2*v[j] + (1-b2)*gj*gj
+							w[j] -= stepSize*(m[j]/(float32(math.Sqrt(float64(v[j])))+epsHat)) + wd*w[j]
+						}
+					})
+				})
+			})
+		})
+		if err != nil {
+			return 0, fmt.Errorf("agrl: updating %s: %w", s.name, err)
+		}
+	}
+	return norm, nil
+}
+
+// mutate runs f on the flat float32 data of a variable's value, in place.
+func mutate(v *model.Variable, f func([]float32)) error {
+	val, err := v.Value()
+	if err != nil {
+		return err
+	}
+	return tensors.MutableFlatData[float32](val, f)
 }

@@ -465,12 +465,20 @@ func (t *Trainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if err := t.ensureExecs(); err != nil {
 		return agrl.StepStats{}, err
 	}
+	step := t.steps() + 1
+	lr := t.opt.LearningRate(step)
 	var st agrl.StepStats
-	var grads []*tensors.Tensor
 	if host {
+		var grads [][]float32
 		var err error
 		if st, grads, err = t.hostGrads(b); err != nil {
 			return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+		}
+		st.GradNorm = math.NaN() // a non-finite loss is reported below and never applied
+		if finite(st.Loss) {
+			if st.GradNorm, err = t.hostUpdate(grads, lr); err != nil {
+				return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
+			}
 		}
 	} else {
 		outs, err := runPieces(t.gradExec, pieces, plan)
@@ -478,24 +486,23 @@ func (t *Trainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
 		}
 		st = t.stats(outs)
+		args := []any{float32(lr)}
 		for _, o := range outs {
-			grads = append(grads, o[1+len(t.metrics):]...)
+			for _, gr := range o[1+len(t.metrics):] {
+				args = append(args, gr)
+			}
 		}
+		res, err := call(t.updExec, args...)
+		for _, o := range outs {
+			for _, gr := range o[1+len(t.metrics):] {
+				_ = gr.FinalizeAll()
+			}
+		}
+		if err != nil {
+			return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
+		}
+		st.GradNorm = float64(tensors.MustCopyFlatData[float32](res[0])[0])
 	}
-	step := t.steps() + 1
-	lr := t.opt.LearningRate(step)
-	args := []any{float32(lr)}
-	for _, gr := range grads {
-		args = append(args, gr)
-	}
-	res, err := call(t.updExec, args...)
-	for _, gr := range grads {
-		_ = gr.FinalizeAll()
-	}
-	if err != nil {
-		return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
-	}
-	st.GradNorm = float64(tensors.MustCopyFlatData[float32](res[0])[0])
 	st.Step, st.LR, st.Tokens, st.Seconds = step, lr, n, time.Since(start).Seconds()
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) {
 		return st, fmt.Errorf("agrl: train step %d: loss %v, grad norm %v", step, st.Loss, st.GradNorm)
