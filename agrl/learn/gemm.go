@@ -45,3 +45,13 @@ func gemmScalar(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c [
 		}
 	}
 }
+
+// expSumScalar is expSum one element at a time.
+func expSumScalar(x []float32, shift float32) float32 {
+	var sum float32
+	for j, v := range x {
+		x[j] = exp32(v - shift)
+		sum += x[j]
+	}
+	return sum
+}

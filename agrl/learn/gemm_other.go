@@ -6,3 +6,6 @@ package learn
 func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
 	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc)
 }
+
+// expSum replaces every x[j] by e^(x[j]−shift) and returns their sum.
+func expSum(x []float32, shift float32) float32 { return expSumScalar(x, shift) }

@@ -7,6 +7,9 @@ import (
 	"unsafe"
 )
 
+// kBlock is the longest contraction one pass of the kernels takes (see gemm).
+const kBlock = 256
+
 // hasAVX512 selects the AVX-512 kernel (GOEXPERIMENT=simd builds on CPUs that have it).
 var hasAVX512 = archsimd.X86.AVX512()
 
@@ -20,6 +23,15 @@ func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float
 	last := (m-1)*ai + (kk-1)*ak
 	if last >= len(a) || (kk-1)*ldb+n > len(b) || (m-1)*ldc+n > len(c) {
 		panic("gemm: operand too short")
+	}
+	// Long contractions go in blocks of kBlock, so that the rows of B a block reads stay in
+	// the L2 cache while every row block of C passes over them (the weight gradients contract
+	// over all the batch's tokens). Each element's chain of multiply-adds keeps its order.
+	if kk > kBlock {
+		for k0 := 0; k0 < kk; k0 += kBlock {
+			gemm(m, n, min(kBlock, kk-k0), a[k0*ak:], ai, ak, b[k0*ldb:], ldb, c, ldc)
+		}
+		return
 	}
 	i := 0
 	for ; i+4 <= m; i += 4 {
@@ -128,4 +140,52 @@ func kernel1x16(kk int, a []float32, ak int, b []float32, ldb int, c []float32, 
 		pa, pb = unsafe.Add(pa, sa), unsafe.Add(pb, sb)
 	}
 	store16(acc, at(c, 0))
+}
+
+// expSum replaces every x[j] by e^(x[j]−shift) and returns their sum (the softmaxes' inner
+// loop): exp32's method, 16 lanes at a time.
+func expSum(x []float32, shift float32) float32 {
+	if !hasAVX512 {
+		return expSumScalar(x, shift)
+	}
+	var acc archsimd.Float32x16
+	j := 0
+	for ; j+16 <= len(x); j += 16 {
+		e := exp16(archsimd.LoadFloat32x16Slice(x[j : j+16]).Sub(archsimd.BroadcastFloat32x16(shift)))
+		e.StoreSlice(x[j : j+16])
+		acc = acc.Add(e)
+	}
+	var lanes [16]float32
+	acc.Store(&lanes)
+	var sum float32
+	for _, v := range lanes {
+		sum += v
+	}
+	if j < len(x) {
+		rest := x[j:]
+		e := exp16(archsimd.LoadFloat32x16SlicePart(rest).Sub(archsimd.BroadcastFloat32x16(shift)))
+		e.StoreSlicePart(rest)
+		for _, v := range rest {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// exp16 is exp32 on 16 lanes (rounding x/ln2 to even rather than away from zero).
+func exp16(x archsimd.Float32x16) archsimd.Float32x16 {
+	live := x.GreaterEqual(archsimd.BroadcastFloat32x16(-87.3))
+	x = x.Max(archsimd.BroadcastFloat32x16(-87.3)).Min(archsimd.BroadcastFloat32x16(88.72))
+	n := x.Mul(archsimd.BroadcastFloat32x16(1.44269504088896341)).RoundToEvenScaled(0)
+	r := n.MulAdd(archsimd.BroadcastFloat32x16(-0.693359375), x)
+	r = n.MulAdd(archsimd.BroadcastFloat32x16(2.12194440e-4), r)
+	p := archsimd.BroadcastFloat32x16(1.9875691500e-4)
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(1.3981999507e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(8.3334519073e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(4.1665795894e-2))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(1.6666665459e-1))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x16(5.0000001201e-1))
+	p = p.MulAdd(r.Mul(r), r.Add(archsimd.BroadcastFloat32x16(1)))
+	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x16(127)).ShiftAllLeft(23).AsFloat32x16()
+	return p.Mul(pow).Masked(live)
 }

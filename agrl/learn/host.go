@@ -146,8 +146,23 @@ type hostActs struct {
 	u        []float32   // [n, m] ReLU outputs
 }
 
-// ropeHost returns RoPE's cos and sin tables [context, hd], the values ropeTables puts in the graph.
+// ropeHostCache keeps ropeHost's tables by context and head width.
+var ropeHostCache sync.Map // [2]int -> [2][]float32
+
+// ropeHost returns RoPE's cos and sin tables [context, hd], the values ropeTables puts in the
+// graph (computed once per shape; callers must not change them).
 func (c arch) ropeHost() (cos, sin []float32) {
+	key := [2]int{c.Context, c.Width / c.Heads}
+	if t, ok := ropeHostCache.Load(key); ok {
+		tabs := t.([2][]float32)
+		return tabs[0], tabs[1]
+	}
+	cos, sin = c.ropeCompute()
+	ropeHostCache.Store(key, [2][]float32{cos, sin})
+	return cos, sin
+}
+
+func (c arch) ropeCompute() (cos, sin []float32) {
 	hd := c.Width / c.Heads
 	half := hd / 2
 	cos, sin = make([]float32, c.Context*hd), make([]float32, c.Context*hd)
@@ -321,13 +336,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 						for _, sv := range row[1 : i+1] {
 							mx = max(mx, sv)
 						}
-						var sum float32
-						for j := range i + 1 {
-							e := exp32(row[j] - mx)
-							row[j] = e
-							sum += e
-						}
-						inv := 1 / sum
+						inv := 1 / expSum(row[:i+1], mx)
 						for j := range i + 1 {
 							row[j] *= inv
 						}
@@ -375,11 +384,8 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 				z[j] = z[j]*invT + ban[j]
 				mx = max(mx, z[j])
 			}
-			var sum float32
-			for j, zv := range z {
-				pr[j] = exp32(zv - mx)
-				sum += pr[j]
-			}
+			copy(pr, z)
+			sum := expSum(pr, mx)
 			lse, inv := mx+float32(math.Log(float64(sum))), 1/sum
 			var ent float32
 			for j := range z {

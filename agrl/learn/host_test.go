@@ -253,3 +253,32 @@ func TestHostUpdateMatchesGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestExpSum checks the softmaxes' vector exponential (on AVX-512 builds) against math.Exp,
+// with lengths that leave every tail, and that arguments below −87.3 give exactly 0.
+func TestExpSum(t *testing.T) {
+	for _, n := range []int{1, 5, 16, 17, 40, 203} {
+		x := make([]float32, n)
+		for j := range x {
+			x[j] = -90 + 100*float32(j)/float32(n)
+		}
+		x[0] = -1e9
+		want := make([]float64, n)
+		var wsum float64
+		for j, v := range x {
+			if v-3 >= -87.3 {
+				want[j] = math.Exp(float64(v) - 3)
+			}
+			wsum += want[j]
+		}
+		sum := expSum(x, 3)
+		for j := range x {
+			if math.Abs(float64(x[j])-want[j]) > 3e-7*want[j] || (want[j] == 0 && x[j] != 0) {
+				t.Fatalf("n %d: e^(x[%d]−3) = %v, want %v", n, j, x[j], want[j])
+			}
+		}
+		if math.Abs(float64(sum)-wsum) > 1e-6*wsum {
+			t.Errorf("n %d: sum %v, want %v", n, sum, wsum)
+		}
+	}
+}
