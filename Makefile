@@ -20,9 +20,12 @@ all: build test
 ## included), then every notebook headlessly in quick mode
 test: go-test notebooks
 
-## go-test: the Go part of test only
+## go-test: the Go part of test only; the learner's package runs twice, the second time built
+## with GOEXPERIMENT=simd, where training and scoring take the host trainer's AVX-512 kernels
+## (on CPUs that have them) instead of the GoMLX graphs
 go-test: fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
+	GOEXPERIMENT=simd $(GO) test -count=1 -timeout 30m ./agrl/learn/
 
 vet:
 	$(GO) vet ./...

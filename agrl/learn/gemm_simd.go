@@ -13,6 +13,9 @@ const kBlock = 256
 // hasAVX512 selects the AVX-512 kernel (GOEXPERIMENT=simd builds on CPUs that have it).
 var hasAVX512 = archsimd.X86.AVX512()
 
+// hostKernels reports whether the host trainer's vector kernels run here (see onHost).
+var hostKernels = hasAVX512
+
 // gemm adds op(A)·B into C (see gemm.go).
 func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
 	if !hasAVX512 || m == 0 || n == 0 || kk == 0 {

@@ -3,6 +3,7 @@ package learn
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"agrl.dev/agrl"
@@ -554,10 +555,15 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	return out
 }
 
-// hostTrains reports whether the policy's training steps take the host path: the go backend,
-// RoPE positions (the host code has no learned position table), and AGRL_HOST_TRAIN not "0".
-func (p *Policy) hostTrains() bool {
-	return p.backend.String() == "go" && p.arch.Positions == agrl.RoPE && !p.graphTrain
+// onHost reports whether the policy's training steps and scoring take the host path: on the
+// go backend with RoPE positions (the host code has no learned position table), where the
+// host kernels are vectorised (hostKernels: a GOEXPERIMENT=simd build on an AVX-512 CPU; the
+// portable loops elsewhere are slower than the backend's own kernels). AGRL_HOST=0 keeps the
+// graphs everywhere, AGRL_HOST=1 takes the host path even with the portable loops. Sampling
+// stays a GoMLX graph (its KV cache), whose log-probs agree with the host's to float rounding
+// (TestSamplerScorerAgreement).
+func (p *Policy) onHost() bool {
+	return p.backend.String() == "go" && p.arch.Positions == agrl.RoPE && !p.graphOnly && (hostKernels || p.hostAlways)
 }
 
 // hostLossGraph evaluates the trainer's loss on per-token statistics computed on the host,
@@ -714,4 +720,24 @@ func mutate(v *model.Variable, f func([]float32)) error {
 		return err
 	}
 	return tensors.MutableFlatData[float32](val, f)
+}
+
+// hostScore is Score on the host: the same forward pass as a training step's, so that a
+// reference policy scored here and the trained policy agree exactly where their weights do
+// (the KL penalty is exactly 0 before the first update).
+func (p *Policy) hostScore(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	w, err := p.hostWeightsOf()
+	if err != nil {
+		return nil, err
+	}
+	var ar arena
+	ps := p.arch.hostForward(&ar, w, seqs, invTemperature(temperature), p.shards())
+	out := make([]TokenScores, len(seqs))
+	for s, seq := range seqs {
+		lo, hi := ps.off[s], ps.off[s]+len(seq)-1
+		out[s] = TokenScores{LogProbs: slices.Clone(ps.logp[lo:hi]), Entropy: slices.Clone(ps.ent[lo:hi])}
+	}
+	return out, nil
 }

@@ -40,9 +40,10 @@ type Policy struct {
 	loaded CheckpointInfo
 	// wholeBatches turns off cutting batches by length (tests compare both ways).
 	wholeBatches bool
-	// graphTrain keeps training steps in the GoMLX graph on the go backend instead of the host
-	// trainer (host.go): AGRL_HOST_TRAIN=0, and tests that compare the two.
-	graphTrain bool
+	// graphOnly keeps training steps and scoring in GoMLX graphs on the go backend instead of
+	// the host code (host.go), hostAlways takes the host code even without its vector kernels
+	// (see onHost); tests that compare the paths set them.
+	graphOnly, hostAlways bool
 
 	// mu guards the weights: inference holds it shared, training and saving exclusively.
 	mu sync.RWMutex
@@ -74,7 +75,7 @@ func NewPolicy(c agrl.LM) (*Policy, error) {
 	}
 	bc, _ := ParseBackend(c.Spec().Backend) // validated by NewBackend
 	p := &Policy{cfg: c, arch: arch{c.Spec()}, tok: c.Spec().Tokenizer, backend: backend, store: model.NewStore(), backendConfig: bc.String(),
-		graphTrain: os.Getenv("AGRL_HOST_TRAIN") == "0"}
+		graphOnly: os.Getenv("AGRL_HOST") == "0", hostAlways: os.Getenv("AGRL_HOST") == "1"}
 	if err := p.initWeights(); err != nil {
 		return nil, err
 	}

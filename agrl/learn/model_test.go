@@ -91,6 +91,7 @@ func TestScoreShapes(t *testing.T) {
 
 func TestWatchdog(t *testing.T) {
 	p := MustNewPolicy(testLM())
+	p.graphOnly = true // the watchdog guards graph executions (the host code has no worker pool to hang in)
 	old := ExecTimeout
 	ExecTimeout = time.Nanosecond
 	defer func() { ExecTimeout = old }()
@@ -109,20 +110,35 @@ func TestScoreShardsAgree(t *testing.T) {
 		}
 		seqs = append(seqs, s)
 	}
+	// The graph on one batch padded to its longest sequence, on two shards of pieces cut by
+	// length, and the host scorer.
 	whole := MustNewPolicy(testLM().Shards(1))
-	whole.wholeBatches = true // one batch padded to its longest sequence
+	whole.wholeBatches, whole.graphOnly = true, true
 	one, err := whole.Score(seqs, 0.8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	two, err := MustNewPolicy(testLM().Shards(2)).Score(seqs, 0.8)
+	sharded := MustNewPolicy(testLM().Shards(2))
+	sharded.graphOnly = true
+	two, err := sharded.Score(seqs, 0.8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range seqs {
-		for j := range one[i].LogProbs {
-			if d := math.Abs(float64(one[i].LogProbs[j] - two[i].LogProbs[j])); d > 1e-5 {
-				t.Fatalf("sequence %d position %d: %v vs %v", i, j, one[i].LogProbs[j], two[i].LogProbs[j])
+	hp := MustNewPolicy(testLM().Shards(2))
+	hp.hostAlways = true
+	host, err := hp.Score(seqs, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, other := range [][]TokenScores{two, host} {
+		for i := range seqs {
+			for j := range one[i].LogProbs {
+				if d := math.Abs(float64(one[i].LogProbs[j] - other[i].LogProbs[j])); d > 1e-5 {
+					t.Fatalf("case %d, sequence %d position %d: %v vs %v", k, i, j, one[i].LogProbs[j], other[i].LogProbs[j])
+				}
+				if d := math.Abs(float64(one[i].Entropy[j] - other[i].Entropy[j])); d > 1e-5 {
+					t.Fatalf("case %d, sequence %d position %d: entropy %v vs %v", k, i, j, one[i].Entropy[j], other[i].Entropy[j])
+				}
 			}
 		}
 	}

@@ -201,6 +201,9 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 	if err := p.checkSeqs(seqs); err != nil {
 		return nil, err
 	}
+	if p.onHost() {
+		return p.hostScore(seqs, temperature)
+	}
 	p.execMu.Lock()
 	if p.scoreExec == nil {
 		e, err := p.newExec("score", func(scope *model.Scope, in []*graph.Node) []*graph.Node {

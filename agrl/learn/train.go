@@ -449,7 +449,7 @@ func (t *Trainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if err := t.validate(b); err != nil {
 		return agrl.StepStats{}, err
 	}
-	host := t.p.hostTrains()
+	host := t.p.onHost()
 	var pieces [][]any
 	var plan piecePlan
 	n := 0

@@ -127,10 +127,11 @@ func TestTrainerValidation(t *testing.T) {
 func TestShardedStepMatchesUnsharded(t *testing.T) {
 	var ws []map[string][]float32
 	var stats []agrl.StepStats
-	// 1 shard of the whole batch padded to its longest sequence, then 1, 2 and 3 workers
-	// running pieces cut by length.
+	// The graph: 1 shard of the whole batch padded to its longest sequence, then 1, 2 and 3
+	// workers running pieces cut by length.
 	for i, shards := range []int{1, 1, 2, 3} {
 		p := MustNewPolicy(testLM().Seed(8).Shards(shards))
+		p.graphOnly = true
 		p.wholeBatches = i == 0
 		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
 		if err != nil {
@@ -155,12 +156,41 @@ func TestShardedStepMatchesUnsharded(t *testing.T) {
 	}
 }
 
+// TestHostStepSameOnAnyWorkers: the host trainer splits rows and columns over its workers,
+// never a sum, so a step on 1, 2 or 3 workers gives the same bits.
+func TestHostStepSameOnAnyWorkers(t *testing.T) {
+	var ws []map[string][]float32
+	for _, shards := range []int{1, 2, 3} {
+		p := MustNewPolicy(testLM().Seed(8).Shards(shards))
+		p.hostAlways = true // the portable loops too, in builds without the vector kernels
+		if !p.onHost() {
+			t.Skip("not on the go backend")
+		}
+		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if _, err := tr.Step(sftBatch(t, p.Tokenizer(), 7)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ws = append(ws, weightsOf(t, p))
+	}
+	for i := 1; i < len(ws); i++ {
+		if d := maxDiff(ws[0], ws[i]); d != 0 {
+			t.Errorf("%d workers: weights differ from one worker's by %g", i+1, d)
+		}
+	}
+}
+
 // TestUnfusedPath runs the graphs as on XLA, which has none of the go backend's fused ops
 // (GOMLX_FUSION=false makes GoMLX decompose them): the model then uses GoMLX's LayerNorm,
 // softmax and ReLU, and must compute the same loss, update and log-probs.
 func TestUnfusedPath(t *testing.T) {
 	step := func() (map[string][]float32, float64, []TokenScores) {
 		p := MustNewPolicy(testLM().Seed(21))
+		p.graphOnly = true // fusion is a property of the graphs
 		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-3), 1)
 		if err != nil {
 			t.Fatal(err)
