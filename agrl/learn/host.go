@@ -368,10 +368,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 	rows(func(lo, hi int) { layerNormRows(x, ps.hf, w.lnfG, w.lnfB, d, lo, hi, ps.lnf) })
 	ps.lp, ps.p = f(n*v), f(n*v)
 	gemmRows(nw, n, v, d, ps.hf, d, 1, w.head, v, ps.lp, v)
-	ban := make([]float32, v)
-	for _, id := range bannedTokens() {
-		ban[id] = maskedLogit
-	}
+	ban := bannedMask(v)
 	targets := make([]int32, n)
 	for s, seq := range seqs {
 		copy(targets[ps.off[s]:], seq[1:])
@@ -379,24 +376,11 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 	ps.logp, ps.ent, ps.top1 = f(n), f(n), f(n)
 	rows(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
-			z, pr := ps.lp[r*v:(r+1)*v], ps.p[r*v:(r+1)*v]
-			mx := float32(math.Inf(-1))
-			for j := range z {
-				z[j] = z[j]*invT + ban[j]
-				mx = max(mx, z[j])
-			}
-			copy(pr, z)
-			sum := expSum(pr, mx)
-			lse, inv := mx+float32(math.Log(float64(sum))), 1/sum
-			var ent float32
-			for j := range z {
-				z[j] -= lse
-				pr[j] *= inv
-				ent -= pr[j] * z[j]
-			}
+			z := ps.lp[r*v : (r+1)*v]
+			ps.ent[r] = logSoftmaxRow(z, ban, invT, ps.p[r*v:(r+1)*v])
 			lt := z[targets[r]]
-			ps.logp[r], ps.ent[r] = lt, ent
-			if lt >= mx-lse {
+			ps.logp[r] = lt
+			if lt >= slices.Max(z) {
 				ps.top1[r] = 1
 			}
 		}

@@ -68,6 +68,8 @@ type decPart struct {
 	b, c       int   // padded batch, cache length
 	caches     []*tensors.Tensor
 	steps, fed int
+	host       *hostCache // the host path's KV cache (hostsample.go)
+	arena      arena      // the host path's buffers
 }
 
 type decSeq struct {
@@ -148,8 +150,19 @@ func (d *Decoder) Start(i int, prompt []int32) error {
 // shards may run concurrently; calls for one sequence never do.
 type NextFunc func(i int, c Completion) (more []int32, cont bool)
 
-// Run samples until every started sequence has been stopped by next.
+// Run samples until every started sequence has been stopped by next. On the host path (see
+// onHost) it reads the weights once, when it starts.
 func (d *Decoder) Run(next NextFunc) error {
+	var w *hostWeights
+	if d.p.onHost() {
+		d.p.mu.RLock()
+		var err error
+		w, err = d.p.hostWeightsOf()
+		d.p.mu.RUnlock()
+		if err != nil {
+			return err
+		}
+	}
 	errs := make([]error, len(d.parts))
 	var wg sync.WaitGroup
 	for k, part := range d.parts {
@@ -161,7 +174,7 @@ func (d *Decoder) Run(next NextFunc) error {
 					errs[k] = fmt.Errorf("agrl: Decoder.Run: panic: %v", r)
 				}
 			}()
-			errs[k] = d.runPart(part, next)
+			errs[k] = d.runPart(part, next, w)
 		}()
 	}
 	wg.Wait()
@@ -173,7 +186,7 @@ func (d *Decoder) Run(next NextFunc) error {
 	return errors.Join(errs...)
 }
 
-func (d *Decoder) runPart(part *decPart, next NextFunc) error {
+func (d *Decoder) runPart(part *decPart, next NextFunc, w *hostWeights) error {
 	for {
 		maxPend := 0
 		for _, i := range part.rows {
@@ -182,16 +195,22 @@ func (d *Decoder) runPart(part *decPart, next NextFunc) error {
 		if maxPend == 0 {
 			return nil
 		}
-		if err := d.compact(part); err != nil {
-			return err
-		}
-		k := d.chunk(part)
-		if err := d.grow(part, k); err != nil {
-			return err
-		}
-		counts, logp, err := d.step(part, k)
-		if err != nil {
-			return err
+		var counts []int
+		var logp []float32
+		if w != nil {
+			counts, logp = d.hostStep(part, w)
+		} else {
+			if err := d.compact(part); err != nil {
+				return err
+			}
+			k := d.chunk(part)
+			if err := d.grow(part, k); err != nil {
+				return err
+			}
+			var err error
+			if counts, logp, err = d.step(part, k); err != nil {
+				return err
+			}
 		}
 		v := d.p.arch.Vocab()
 		for r, i := range part.rows {
@@ -542,7 +561,7 @@ func (d *Decoder) Close() {
 		for _, c := range part.caches {
 			_ = c.FinalizeAll()
 		}
-		part.caches = nil
+		part.caches, part.host, part.arena = nil, nil, arena{}
 	}
 }
 

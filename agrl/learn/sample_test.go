@@ -12,7 +12,62 @@ import (
 
 func TestSamplerScorerAgreement(t *testing.T) {
 	for _, pos := range []agrl.Positions{agrl.Learned, agrl.RoPE} {
-		t.Run(pos.String(), func(t *testing.T) { testSamplerScorerAgreement(t, MustNewPolicy(testLM().Positions(pos))) })
+		for _, host := range []bool{false, true} {
+			if host && pos == agrl.Learned {
+				continue // the host path has no learned positions
+			}
+			p := MustNewPolicy(testLM().Positions(pos))
+			p.graphOnly, p.hostAlways = !host, host
+			t.Run(fmt.Sprintf("%v/host=%v", pos, host), func(t *testing.T) { testSamplerScorerAgreement(t, p) })
+		}
+	}
+}
+
+// TestHostDecoderMatchesGraph samples greedily with the host decoder and with the graph's, over
+// several turns with observations, and compares the tokens and their log-probs.
+func TestHostDecoderMatchesGraph(t *testing.T) {
+	tok := agrl.ASCIITokenizer()
+	run := func(host bool) ([][]int32, [][]float32) {
+		p := MustNewPolicy(testLM().Tokenizer(tok).Seed(13).Shards(2))
+		p.graphOnly, p.hostAlways = !host, host
+		var prompts [][]int32
+		for i := range 9 {
+			prompts = append(prompts, tok.AppendEncode([]int32{agrl.BOS}, strings.Repeat("ab", 1+i*3)+"?"))
+		}
+		d, err := p.NewDecoder(len(prompts), 64, agrl.Sampling{Temperature: 0, MaxActionTokens: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		for i, pr := range prompts {
+			if err := d.Start(i, pr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		toks, lps := make([][]int32, len(prompts)), make([][]float32, len(prompts))
+		turns := make([]int, len(prompts))
+		err = d.Run(func(i int, c Completion) ([]int32, bool) {
+			toks[i], lps[i] = append(toks[i], c.Tokens...), append(lps[i], c.LogProbs...)
+			turns[i]++
+			obs := tok.Encode(strings.Repeat("x", i+1))
+			return obs, turns[i] < 3 && d.Room(i) > len(obs)+8
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return toks, lps
+	}
+	gt, gl := run(false)
+	ht, hl := run(true)
+	for i := range gt {
+		if !slices.Equal(gt[i], ht[i]) {
+			t.Fatalf("sequence %d: graph sampled %v, host %v", i, gt[i], ht[i])
+		}
+		for j := range gl[i] {
+			if d := math.Abs(float64(gl[i][j] - hl[i][j])); d > 1e-4 {
+				t.Errorf("sequence %d token %d: log-prob graph %v, host %v", i, j, gl[i][j], hl[i][j])
+			}
+		}
 	}
 }
 
@@ -134,6 +189,7 @@ func TestSamplerDeterminism(t *testing.T) {
 // scorer.
 func TestDecoderCompaction(t *testing.T) {
 	p := MustNewPolicy(testLM().Shards(1))
+	p.graphOnly = true // compaction is the graph decoder's (the host decoder never pads)
 	tok := p.Tokenizer()
 	const n = 16
 	d, err := p.NewDecoder(n, 64, agrl.Sampling{Temperature: 1, Seed: 2, MaxActionTokens: 5})
