@@ -11,16 +11,43 @@ package learn
 // (workers split the rows or the columns of C, never k), so the simd kernels give the same bits
 // on every AVX-512 machine, and a product split over two cores equals the product on one.
 
-// gemmRows splits the m rows of C = op(A)·B over workers and runs gemm on each part.
+// gemmRows splits the m rows of C += op(A)·B over workers and runs gemm on each part.
 func gemmRows(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	gemmRowsK(workers, m, n, kk, a, ai, ak, b, ldb, c, ldc, true)
+}
+
+// gemmRowsSet is gemmRows for C = op(A)·B: C's previous values are never read (each chain of
+// multiply-adds starts from 0), so C needs no clearing.
+func gemmRowsSet(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	gemmRowsK(workers, m, n, kk, a, ai, ak, b, ldb, c, ldc, false)
+}
+
+func gemmRowsK(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	if m == 0 || n == 0 {
 		return
 	}
 	parallel(min(workers, max(1, m/8)), func(w, nw int) {
 		lo, hi := split(m, w, nw, 4)
 		if lo < hi {
-			gemm(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc)
+			gemmK(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc, load)
 		}
+	})
+}
+
+// gemm adds op(A)·B into C; gemmSet stores it (C's previous values are never read).
+func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	gemmK(m, n, kk, a, ai, ak, b, ldb, c, ldc, true)
+}
+
+func gemmSet(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+	gemmK(m, n, kk, a, ai, ak, b, ldb, c, ldc, false)
+}
+
+// rowsDo runs f over the rows [lo, hi) of n rows split over workers.
+func rowsDo(workers, n int, f func(lo, hi int)) {
+	parallel(min(workers, max(1, n/8)), func(w, nw int) {
+		lo, hi := split(n, w, nw, 1)
+		f(lo, hi)
 	})
 }
 
@@ -33,9 +60,12 @@ func split(n, w, nw, align int) (lo, hi int) {
 }
 
 // gemmScalar is the portable kernel: the same products, one element at a time.
-func gemmScalar(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+func gemmScalar(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	for i := range m {
 		crow := c[i*ldc : i*ldc+n]
+		if !load {
+			clear(crow)
+		}
 		for k := range kk {
 			av := a[i*ai+k*ak]
 			brow := b[k*ldb : k*ldb+n]

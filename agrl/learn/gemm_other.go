@@ -6,9 +6,10 @@ package learn
 // this build.
 const hostKernels = false
 
-// gemm adds op(A)·B into C (see gemm.go); builds without GOEXPERIMENT=simd use the portable loop.
-func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
-	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc)
+// gemmK adds op(A)·B into C, or stores it with load false (see gemm.go); builds without
+// GOEXPERIMENT=simd use the portable loop.
+func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 }
 
 // expSum replaces every x[j] by e^(x[j]−shift) and returns their sum.

@@ -16,10 +16,10 @@ var hasAVX512 = archsimd.X86.AVX512()
 // hostKernels reports whether the host trainer's vector kernels run here (see onHost).
 var hostKernels = hasAVX512
 
-// gemm adds op(A)·B into C (see gemm.go).
-func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
+// gemmK adds op(A)·B into C, or stores it with load false (see gemm.go).
+func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	if !hasAVX512 || m == 0 || n == 0 || kk == 0 {
-		gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc)
+		gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 		return
 	}
 	// Bounds: every index below is checked once here, so the kernels read through pointers.
@@ -32,7 +32,7 @@ func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float
 	// over all the batch's tokens). Each element's chain of multiply-adds keeps its order.
 	if kk > kBlock {
 		for k0 := 0; k0 < kk; k0 += kBlock {
-			gemm(m, n, min(kBlock, kk-k0), a[k0*ak:], ai, ak, b[k0*ldb:], ldb, c, ldc)
+			gemmK(m, n, min(kBlock, kk-k0), a[k0*ak:], ai, ak, b[k0*ldb:], ldb, c, ldc, load || k0 > 0)
 		}
 		return
 	}
@@ -40,17 +40,25 @@ func gemm(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float
 	for ; i+4 <= m; i += 4 {
 		j := 0
 		for ; j+32 <= n; j += 32 {
-			kernel4x32(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc)
+			kernel4x32(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc, load)
 		}
 		for ; j < n; j += 16 {
-			kernel4x16(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc, min(16, n-j))
+			kernel4x16(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc, min(16, n-j), load)
 		}
 	}
 	for ; i < m; i++ {
 		for j := 0; j < n; j += 16 {
-			kernel1x16(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(16, n-j))
+			kernel1x16(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(16, n-j), load)
 		}
 	}
+}
+
+// loadC is C's row block at p, or zeros when the product is stored rather than added.
+func loadC(p *float32, load bool) archsimd.Float32x16 {
+	if load {
+		return load16(p)
+	}
+	return archsimd.Float32x16{}
 }
 
 func at(s []float32, i int) *float32 {
@@ -67,11 +75,11 @@ func bcast(p *float32) archsimd.Float32x16 { return archsimd.BroadcastFloat32x16
 
 // kernel4x32 computes a 4×32 block of C: 8 accumulators, two loads of B and four broadcasts
 // of A per k.
-func kernel4x32(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int) {
-	c00, c01 := load16(at(c, 0)), load16(at(c, 16))
-	c10, c11 := load16(at(c, ldc)), load16(at(c, ldc+16))
-	c20, c21 := load16(at(c, 2*ldc)), load16(at(c, 2*ldc+16))
-	c30, c31 := load16(at(c, 3*ldc)), load16(at(c, 3*ldc+16))
+func kernel4x32(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	c00, c01 := loadC(at(c, 0), load), loadC(at(c, 16), load)
+	c10, c11 := loadC(at(c, ldc), load), loadC(at(c, ldc+16), load)
+	c20, c21 := loadC(at(c, 2*ldc), load), loadC(at(c, 2*ldc+16), load)
+	c30, c31 := loadC(at(c, 3*ldc), load), loadC(at(c, 3*ldc+16), load)
 	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
 	sa, sb := uintptr(4*ak), uintptr(4*ldb)
 	r1, r2, r3 := uintptr(4*ai), uintptr(8*ai), uintptr(12*ai)
@@ -99,9 +107,9 @@ func kernel4x32(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float
 }
 
 // kernel4x16 computes a 4×w block of C, w <= 16 columns (masked loads and stores past w).
-func kernel4x16(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, w int) {
+func kernel4x16(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, w int, load bool) {
 	if w == 16 {
-		c0, c1, c2, c3 := load16(at(c, 0)), load16(at(c, ldc)), load16(at(c, 2*ldc)), load16(at(c, 3*ldc))
+		c0, c1, c2, c3 := loadC(at(c, 0), load), loadC(at(c, ldc), load), loadC(at(c, 2*ldc), load), loadC(at(c, 3*ldc), load)
 		pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
 		sa, sb := uintptr(4*ak), uintptr(4*ldb)
 		r1, r2, r3 := uintptr(4*ai), uintptr(8*ai), uintptr(12*ai)
@@ -120,22 +128,25 @@ func kernel4x16(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float
 		return
 	}
 	for r := range 4 {
-		kernel1x16(kk, a[r*ai:], ak, b, ldb, c[r*ldc:], w)
+		kernel1x16(kk, a[r*ai:], ak, b, ldb, c[r*ldc:], w, load)
 	}
 }
 
 // kernel1x16 computes one row of w <= 16 columns of C.
-func kernel1x16(kk int, a []float32, ak int, b []float32, ldb int, c []float32, w int) {
+func kernel1x16(kk int, a []float32, ak int, b []float32, ldb int, c []float32, w int, load bool) {
 	if w < 16 {
 		cs := c[:w:w]
-		acc := archsimd.LoadFloat32x16SlicePart(cs)
+		var acc archsimd.Float32x16
+		if load {
+			acc = archsimd.LoadFloat32x16SlicePart(cs)
+		}
 		for k := range kk {
 			acc = archsimd.LoadFloat32x16SlicePart(b[k*ldb:k*ldb+w]).MulAdd(archsimd.BroadcastFloat32x16(a[k*ak]), acc)
 		}
 		acc.StoreSlicePart(cs)
 		return
 	}
-	acc := load16(at(c, 0))
+	acc := loadC(at(c, 0), load)
 	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
 	sa, sb := uintptr(4*ak), uintptr(4*ldb)
 	for range kk {

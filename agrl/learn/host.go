@@ -238,15 +238,20 @@ func layerNormBackRows(dy, dx, g []float32, d, lo, hi int, cache lnCache) {
 	}
 }
 
-// gainGrads adds Σ_rows dy·x̂ to dg and Σ_rows dy to db.
-func gainGrads(dy []float32, cache lnCache, dg, db []float32, n, d int) {
-	for r := range n {
-		xh, dyr := cache.xhat[r*d:(r+1)*d], dy[r*d:(r+1)*d]
-		for j := range d {
-			dg[j] += dyr[j] * xh[j]
-			db[j] += dyr[j]
+// gainGrads adds Σ_rows dy·x̂ to dg and Σ_rows dy to db, the columns split over the workers
+// (each column's sum runs over the rows in order, whatever the split).
+func gainGrads(workers int, dy []float32, cache lnCache, dg, db []float32, n, d int) {
+	parallel(min(workers, max(1, d/16)), func(w, nw int) {
+		lo, hi := split(d, w, nw, 16)
+		for r := range n {
+			xh, dyr := cache.xhat[r*d+lo:r*d+hi], dy[r*d+lo:r*d+hi]
+			g, b := dg[lo:hi], db[lo:hi]
+			for j := range g {
+				g[j] += dyr[j] * xh[j]
+				b[j] += dyr[j]
+			}
 		}
-	}
+	})
 }
 
 // seqSplit assigns the sequences to workers, balancing the attention's cost (length²).
@@ -279,8 +284,8 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 	}
 	n, nw := ps.n, ps.workers
 	pos := make([]int32, n)
-	f := ar.alloc
-	x := f(n * d)
+	f, raw := ar.alloc, ar.raw // raw: buffers written in full before they are read
+	x := raw(n * d)
 	for s, seq := range seqs {
 		for t, tok := range seq[:len(seq)-1] {
 			pos[ps.off[s]+t] = int32(t)
@@ -290,24 +295,22 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 	cos, sin := c.ropeHost()
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	bySeq := seqSplit(seqs, nw)
-	rows := func(f func(lo, hi int)) {
-		parallel(nw, func(wk, nw int) { lo, hi := split(n, wk, nw, 1); f(lo, hi) })
-	}
+	rows := func(f func(lo, hi int)) { rowsDo(nw, n, f) }
 	for l := range w.layers {
 		lw := &w.layers[l]
-		a := hostActs{ln1: lnCache{f(n * d), f(n)}, ln2: lnCache{f(n * d), f(n)},
-			h1: f(n * d), h2: f(n * d), qkv: f(n * 3 * d), o: f(n * d), u: f(n * m), probs: make([][]float32, len(seqs)*nh)}
+		a := hostActs{ln1: lnCache{raw(n * d), raw(n)}, ln2: lnCache{raw(n * d), raw(n)},
+			h1: raw(n * d), h2: raw(n * d), qkv: raw(n * 3 * d), o: raw(n * d), u: raw(n * m), probs: make([][]float32, len(seqs)*nh)}
 		for s, seq := range seqs {
 			for h := range nh {
-				a.probs[s*nh+h] = f((len(seq) - 1) * (len(seq) - 1))
+				a.probs[s*nh+h] = raw((len(seq) - 1) * (len(seq) - 1))
 			}
 		}
 		kTs := make([][]float32, nw)
 		for wk := range nw {
-			kTs[wk] = f(hd * c.Context)
+			kTs[wk] = raw(hd * c.Context)
 		}
 		rows(func(lo, hi int) { layerNormRows(x, a.h1, lw.ln1G, lw.ln1B, d, lo, hi, a.ln1) })
-		gemmRows(nw, n, 3*d, d, a.h1, d, 1, lw.qkv, 3*d, a.qkv, 3*d)
+		gemmRowsSet(nw, n, 3*d, d, a.h1, d, 1, lw.qkv, 3*d, a.qkv, 3*d)
 		rows(func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				for j := range d {
@@ -330,7 +333,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 						}
 					}
 					pr := a.probs[s*nh+h]
-					gemm(L, L, hd, a.qkv[o0*3*d+h*hd:], 3*d, 1, kT, L, pr, L)
+					gemmSet(L, L, hd, a.qkv[o0*3*d+h*hd:], 3*d, 1, kT, L, pr, L)
 					for i := range L {
 						row := pr[i*L : (i+1)*L]
 						mx := row[0]
@@ -343,37 +346,32 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 						}
 						clear(row[i+1:])
 					}
-					gemm(L, hd, L, pr, L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[o0*d+h*hd:], d)
+					gemmSet(L, hd, L, pr, L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[o0*d+h*hd:], d)
 				}
 			}
 		})
-		att := f(n * d)
-		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, att, d)
-		for i, av := range att {
-			x[i] += av
-		}
+		// The residual connections: the products add into x itself.
+		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, x, d)
 		rows(func(lo, hi int) { layerNormRows(x, a.h2, lw.ln2G, lw.ln2B, d, lo, hi, a.ln2) })
-		gemmRows(nw, n, m, d, a.h2, d, 1, lw.fc1, m, a.u, m)
-		for i, uv := range a.u {
-			a.u[i] = max(uv, 0)
-		}
-		y := f(n * d)
-		gemmRows(nw, n, d, m, a.u, m, 1, lw.fc2, d, y, d)
-		for i, yv := range y {
-			x[i] += yv
-		}
+		gemmRowsSet(nw, n, m, d, a.h2, d, 1, lw.fc1, m, a.u, m)
+		rows(func(lo, hi int) {
+			for i := lo * m; i < hi*m; i++ {
+				a.u[i] = max(a.u[i], 0)
+			}
+		})
+		gemmRows(nw, n, d, m, a.u, m, 1, lw.fc2, d, x, d)
 		ps.layers = append(ps.layers, a)
 	}
-	ps.hf, ps.lnf = f(n*d), lnCache{f(n * d), f(n)}
+	ps.hf, ps.lnf = raw(n*d), lnCache{raw(n * d), raw(n)}
 	rows(func(lo, hi int) { layerNormRows(x, ps.hf, w.lnfG, w.lnfB, d, lo, hi, ps.lnf) })
-	ps.lp, ps.p = f(n*v), f(n*v)
-	gemmRows(nw, n, v, d, ps.hf, d, 1, w.head, v, ps.lp, v)
+	ps.lp, ps.p = raw(n*v), raw(n*v)
+	gemmRowsSet(nw, n, v, d, ps.hf, d, 1, w.head, v, ps.lp, v)
 	ban := bannedMask(v)
 	targets := make([]int32, n)
 	for s, seq := range seqs {
 		copy(targets[ps.off[s]:], seq[1:])
 	}
-	ps.logp, ps.ent, ps.top1 = f(n), f(n), f(n)
+	ps.logp, ps.ent, ps.top1 = raw(n), raw(n), f(n)
 	rows(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			z := ps.lp[r*v : (r+1)*v]
@@ -394,13 +392,11 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	c, w, n, nw := ps.c, ps.w, ps.n, ps.workers
 	d, m, v, nh := c.Width, c.MLP, c.Vocab(), c.Heads
 	hd := d / nh
-	rows := func(f func(lo, hi int)) {
-		parallel(nw, func(wk, nw int) { lo, hi := split(n, wk, nw, 1); f(lo, hi) })
-	}
-	f := ps.ar.alloc
+	rows := func(f func(lo, hi int)) { rowsDo(nw, n, f) }
+	f, raw := ps.ar.alloc, ps.ar.raw
 	// Output layer: z = invT·logits + ban, lp = z − logsumexp(z); ∂logp/∂z = onehot − p,
 	// ∂H/∂z = −p·(lp + H).
-	dlog := f(n * v)
+	dlog := raw(n * v)
 	targets := make([]int32, n)
 	for s, seq := range ps.seqs {
 		copy(targets[ps.off[s]:], seq[1:])
@@ -417,11 +413,11 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	})
 	grads := map[string][]float32{}
 	grads["head_w"] = make([]float32, d*v)
-	gemmRows(nw, d, v, n, ps.hf, 1, d, dlog, v, grads["head_w"], v)
-	dh := f(n * d)
-	gemmRows(nw, n, d, v, dlog, v, 1, w.headT, d, dh, d)
+	gemmRowsSet(nw, d, v, n, ps.hf, 1, d, dlog, v, grads["head_w"], v)
+	dh := raw(n * d)
+	gemmRowsSet(nw, n, d, v, dlog, v, 1, w.headT, d, dh, d)
 	grads["lnf_g"], grads["lnf_b"] = make([]float32, d), make([]float32, d)
-	gainGrads(dh, ps.lnf, grads["lnf_g"], grads["lnf_b"], n, d)
+	gainGrads(nw, dh, ps.lnf, grads["lnf_g"], grads["lnf_b"], n, d)
 	dx := f(n * d)
 	rows(func(lo, hi int) { layerNormBackRows(dh, dx, w.lnfG, d, lo, hi, ps.lnf) })
 	cos, sin := c.ropeHost()
@@ -438,30 +434,32 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		pre := fmt.Sprintf("layer%d/", l)
 		// MLP: x += fc2·relu(fc1·LN2(x)).
 		dFc2 := make([]float32, m*d)
-		gemmRows(nw, m, d, n, a.u, 1, m, dx, d, dFc2, d)
-		du := f(n * m)
-		gemmRows(nw, n, m, d, dx, d, 1, lw.fc2T, m, du, m)
-		for i, uv := range a.u {
-			if uv <= 0 {
-				du[i] = 0
+		gemmRowsSet(nw, m, d, n, a.u, 1, m, dx, d, dFc2, d)
+		du := raw(n * m)
+		gemmRowsSet(nw, n, m, d, dx, d, 1, lw.fc2T, m, du, m)
+		rows(func(lo, hi int) {
+			for i := lo * m; i < hi*m; i++ {
+				if a.u[i] <= 0 {
+					du[i] = 0
+				}
 			}
-		}
+		})
 		dFc1 := make([]float32, d*m)
-		gemmRows(nw, d, m, n, a.h2, 1, d, du, m, dFc1, m)
-		dh2 := f(n * d)
-		gemmRows(nw, n, d, m, du, m, 1, lw.fc1T, d, dh2, d)
+		gemmRowsSet(nw, d, m, n, a.h2, 1, d, du, m, dFc1, m)
+		dh2 := raw(n * d)
+		gemmRowsSet(nw, n, d, m, du, m, 1, lw.fc1T, d, dh2, d)
 		dg2, db2 := make([]float32, d), make([]float32, d)
-		gainGrads(dh2, a.ln2, dg2, db2, n, d)
+		gainGrads(nw, dh2, a.ln2, dg2, db2, n, d)
 		rows(func(lo, hi int) { layerNormBackRows(dh2, dx, lw.ln2G, d, lo, hi, a.ln2) })
 		// Attention: x += out·attention(LN1(x)).
 		dOut := make([]float32, d*d)
-		gemmRows(nw, d, d, n, a.o, 1, d, dx, d, dOut, d)
-		do := f(n * d)
-		gemmRows(nw, n, d, d, dx, d, 1, lw.outT, d, do, d)
-		dqkv := f(n * 3 * d)
+		gemmRowsSet(nw, d, d, n, a.o, 1, d, dx, d, dOut, d)
+		do := raw(n * d)
+		gemmRowsSet(nw, n, d, d, dx, d, 1, lw.outT, d, do, d)
+		dqkv := raw(n * 3 * d) // every block of every row is stored below
 		vTs, dps := make([][]float32, nw), make([][]float32, nw)
 		for wk := range nw {
-			vTs[wk], dps[wk] = f(hd*c.Context), f(c.Context*c.Context)
+			vTs[wk], dps[wk] = raw(hd*c.Context), raw(c.Context*c.Context)
 		}
 		parallel(nw, func(wk, _ int) {
 			for _, s := range bySeq[wk] {
@@ -474,9 +472,8 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 							vT[j*L+t] = vv
 						}
 					}
-					clear(dp)
-					gemm(L, L, hd, do[o0*d+h*hd:], d, 1, vT, L, dp, L) // dP = dO·vᵀ
-					for i := range L {                                 // dS = P⊙(dP − Σ P⊙dP)
+					gemmSet(L, L, hd, do[o0*d+h*hd:], d, 1, vT, L, dp, L) // dP = dO·vᵀ
+					for i := range L {                                    // dS = P⊙(dP − Σ P⊙dP)
 						prow, drow := pr[i*L:i*L+i+1], dp[i*L:i*L+i+1]
 						var dot float32
 						for j, pv := range prow {
@@ -487,9 +484,9 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 						}
 						clear(dp[i*L+i+1 : (i+1)*L])
 					}
-					gemm(L, hd, L, dp, L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[o0*3*d+h*hd:], 3*d) // dq = dS·k
-					gemm(L, hd, L, dp, 1, L, a.qkv[o0*3*d+h*hd:], 3*d, dqkv[o0*3*d+d+h*hd:], 3*d) // dk = dSᵀ·q
-					gemm(L, hd, L, pr, 1, L, do[o0*d+h*hd:], d, dqkv[o0*3*d+2*d+h*hd:], 3*d)      // dv = Pᵀ·dO
+					gemmSet(L, hd, L, dp, L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[o0*3*d+h*hd:], 3*d) // dq = dS·k
+					gemmSet(L, hd, L, dp, 1, L, a.qkv[o0*3*d+h*hd:], 3*d, dqkv[o0*3*d+d+h*hd:], 3*d) // dk = dSᵀ·q
+					gemmSet(L, hd, L, pr, 1, L, do[o0*d+h*hd:], d, dqkv[o0*3*d+2*d+h*hd:], 3*d)      // dv = Pᵀ·dO
 				}
 			}
 		})
@@ -505,11 +502,11 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 			}
 		})
 		dW := make([]float32, d*3*d)
-		gemmRows(nw, d, 3*d, n, a.h1, 1, d, dqkv, 3*d, dW, 3*d)
-		dh1 := f(n * d)
-		gemmRows(nw, n, d, 3*d, dqkv, 3*d, 1, lw.qkvT, d, dh1, d)
+		gemmRowsSet(nw, d, 3*d, n, a.h1, 1, d, dqkv, 3*d, dW, 3*d)
+		dh1 := raw(n * d)
+		gemmRowsSet(nw, n, d, 3*d, dqkv, 3*d, 1, lw.qkvT, d, dh1, d)
 		dg1, db1 := make([]float32, d), make([]float32, d)
-		gainGrads(dh1, a.ln1, dg1, db1, n, d)
+		gainGrads(nw, dh1, a.ln1, dg1, db1, n, d)
 		rows(func(lo, hi int) { layerNormBackRows(dh1, dx, lw.ln1G, d, lo, hi, a.ln1) })
 		dq, dk, dv := make([]float32, d*d), make([]float32, d*d), make([]float32, d*d)
 		for i := range d {

@@ -44,6 +44,22 @@ func TestGemm(t *testing.T) {
 					}
 				}
 			}
+			set := make([]float32, len(c)) // gemmRowsSet: the product alone where C is written
+			for i := range m {
+				for j := range ldc {
+					set[i*ldc+j] = float32(want[i*ldc+j] - float64(c[i*ldc+j]))
+					if j >= n {
+						set[i*ldc+j] = c[i*ldc+j]
+					}
+				}
+			}
+			got := append([]float32(nil), c...)
+			gemmRowsSet(2, m, n, kk, a, ai, ak, b, ldb, got, ldc)
+			for i, g := range got {
+				if d := math.Abs(float64(g - set[i])); d > 1e-4*(1+math.Abs(float64(set[i]))) {
+					t.Fatalf("%v trans %v: stored C[%d] = %v, want %v", sh, trans, i, g, set[i])
+				}
+			}
 			for _, workers := range []int{1, 2} {
 				got := append([]float32(nil), c...)
 				gemmRows(workers, m, n, kk, a, ai, ak, b, ldb, got, ldc)

@@ -44,8 +44,8 @@ func exp32(x float32) float32 {
 }
 
 // arena hands out float32 buffers for one training step and takes them all back at the next,
-// so that a step neither allocates (the garbage collector and page faults cost several percent
-// of a step) nor reads stale values: alloc clears what it returns.
+// so that a step does not allocate (the garbage collector and page faults cost several percent
+// of a step); alloc clears what it returns, raw does not.
 type arena struct {
 	chunks [][]float32
 	cur    int // chunk being filled
@@ -64,6 +64,14 @@ func (a *arena) reset() {
 
 // alloc returns a zeroed buffer of n floats.
 func (a *arena) alloc(n int) []float32 {
+	b := a.raw(n)
+	clear(b)
+	return b
+}
+
+// raw returns a buffer of n floats holding whatever an earlier step left there: for buffers
+// written in full before they are read.
+func (a *arena) raw(n int) []float32 {
 	a.total += n
 	for a.cur < len(a.chunks) && a.used+n > len(a.chunks[a.cur]) {
 		a.cur++
@@ -75,6 +83,5 @@ func (a *arena) alloc(n int) []float32 {
 	}
 	b := a.chunks[a.cur][a.used : a.used+n : a.used+n]
 	a.used += n
-	clear(b)
 	return b
 }
