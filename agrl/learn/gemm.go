@@ -85,3 +85,17 @@ func expSumScalar(x []float32, shift float32) float32 {
 	}
 	return sum
 }
+
+func reluScalar(x []float32) {
+	for j, v := range x {
+		x[j] = max(v, 0)
+	}
+}
+
+func reluGradScalar(dx, u []float32) {
+	for j := range dx {
+		if u[j] <= 0 {
+			dx[j] = 0
+		}
+	}
+}

@@ -14,3 +14,8 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 
 // expSum replaces every x[j] by e^(x[j]−shift) and returns their sum.
 func expSum(x []float32, shift float32) float32 { return expSumScalar(x, shift) }
+
+// reluRows replaces x by max(x, 0); reluGrad zeroes dx where the ReLU output u is not positive.
+func reluRows(x []float32) { reluScalar(x) }
+
+func reluGrad(dx, u []float32) { reluGradScalar(dx, u) }

@@ -203,3 +203,31 @@ func exp16(x archsimd.Float32x16) archsimd.Float32x16 {
 	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x16(127)).ShiftAllLeft(23).AsFloat32x16()
 	return p.Mul(pow).Masked(live)
 }
+
+// reluRows replaces x by max(x, 0); reluGrad zeroes dx where the ReLU output u is not positive.
+func reluRows(x []float32) {
+	if !hasAVX512 {
+		reluScalar(x)
+		return
+	}
+	zero := archsimd.Float32x16{}
+	j := 0
+	for ; j+16 <= len(x); j += 16 {
+		archsimd.LoadFloat32x16Slice(x[j : j+16]).Max(zero).StoreSlice(x[j : j+16])
+	}
+	reluScalar(x[j:])
+}
+
+func reluGrad(dx, u []float32) {
+	if !hasAVX512 {
+		reluGradScalar(dx, u)
+		return
+	}
+	zero := archsimd.Float32x16{}
+	j := 0
+	for ; j+16 <= len(dx) && j+16 <= len(u); j += 16 {
+		live := archsimd.LoadFloat32x16Slice(u[j : j+16]).Greater(zero)
+		archsimd.LoadFloat32x16Slice(dx[j : j+16]).Masked(live).StoreSlice(dx[j : j+16])
+	}
+	reluGradScalar(dx[j:], u[j:])
+}

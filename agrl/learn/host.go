@@ -354,11 +354,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, x, d)
 		rows(func(lo, hi int) { layerNormRows(x, a.h2, lw.ln2G, lw.ln2B, d, lo, hi, a.ln2) })
 		gemmRowsSet(nw, n, m, d, a.h2, d, 1, lw.fc1, m, a.u, m)
-		rows(func(lo, hi int) {
-			for i := lo * m; i < hi*m; i++ {
-				a.u[i] = max(a.u[i], 0)
-			}
-		})
+		rows(func(lo, hi int) { reluRows(a.u[lo*m : hi*m]) })
 		gemmRows(nw, n, d, m, a.u, m, 1, lw.fc2, d, x, d)
 		ps.layers = append(ps.layers, a)
 	}
@@ -437,13 +433,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		gemmRowsSet(nw, m, d, n, a.u, 1, m, dx, d, dFc2, d)
 		du := raw(n * m)
 		gemmRowsSet(nw, n, m, d, dx, d, 1, lw.fc2T, m, du, m)
-		rows(func(lo, hi int) {
-			for i := lo * m; i < hi*m; i++ {
-				if a.u[i] <= 0 {
-					du[i] = 0
-				}
-			}
-		})
+		rows(func(lo, hi int) { reluGrad(du[lo*m:hi*m], a.u[lo*m:hi*m]) })
 		dFc1 := make([]float32, d*m)
 		gemmRowsSet(nw, d, m, n, a.h2, 1, d, du, m, dFc1, m)
 		dh2 := raw(n * d)

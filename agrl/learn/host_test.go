@@ -298,3 +298,23 @@ func TestExpSum(t *testing.T) {
 		}
 	}
 }
+
+// TestRelu checks the vector ReLU and its gradient mask against their definitions.
+func TestRelu(t *testing.T) {
+	x := make([]float32, 37)
+	for i := range x {
+		x[i] = float32(i%5) - 2
+	}
+	u := append([]float32(nil), x...)
+	reluRows(u)
+	dx := make([]float32, len(x))
+	for i := range dx {
+		dx[i] = 1
+	}
+	reluGrad(dx, u)
+	for i := range x {
+		if u[i] != max(x[i], 0) || (dx[i] == 1) != (x[i] > 0) {
+			t.Fatalf("x %v: relu %v, mask %v", x[i], u[i], dx[i])
+		}
+	}
+}
