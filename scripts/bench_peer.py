@@ -65,12 +65,11 @@ def torch_bench(what, steps):
     cos_t, sin_t = rope_tables(CONTEXT)
 
     def rope(x, pos):  # x [B, H, T, hd]; pos: first position
+        # Rotate-half form, as agrl's model: dimension i turns with i + hd/2 (contiguous halves
+        # and one cat; the interleaved even/odd form with strided stores was slower here).
         c, s = cos_t[pos:pos + x.shape[2]], sin_t[pos:pos + x.shape[2]]
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        out = torch.empty_like(x)
-        out[..., 0::2] = x1 * c - x2 * s
-        out[..., 1::2] = x1 * s + x2 * c
-        return out
+        x1, x2 = x[..., :hd // 2], x[..., hd // 2:]
+        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
 
     class Block(torch.nn.Module):
         def __init__(self):
