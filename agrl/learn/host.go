@@ -254,6 +254,10 @@ func gainGrads(workers int, dy []float32, cache lnCache, dg, db []float32, n, d 
 	})
 }
 
+// causalBlock is the number of query (or key) rows per product in the attention: each block
+// is computed only up to (or from) the diagonal.
+const causalBlock = 16
+
 // seqSplit assigns the sequences to workers, balancing the attention's cost (length²).
 func seqSplit(seqs [][]int32, nw int) [][]int {
 	parts := make([][]int, nw)
@@ -333,7 +337,10 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 						}
 					}
 					pr := a.probs[s*nh+h]
-					gemmSet(L, L, hd, a.qkv[o0*3*d+h*hd:], 3*d, 1, kT, L, pr, L)
+					q := a.qkv[o0*3*d+h*hd:]
+					for i0 := 0; i0 < L; i0 += causalBlock { // the scores at or below the diagonal
+						gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, q[i0*3*d:], 3*d, 1, kT, L, pr[i0*L:], L)
+					}
 					for i := range L {
 						row := pr[i*L : (i+1)*L]
 						mx := row[0]
@@ -346,7 +353,9 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 						}
 						clear(row[i+1:])
 					}
-					gemmSet(L, hd, L, pr, L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[o0*d+h*hd:], d)
+					for i0 := 0; i0 < L; i0 += causalBlock { // o = P·v over the keys a query sees
+						gemmSet(min(causalBlock, L-i0), hd, min(L, i0+causalBlock), pr[i0*L:], L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[(o0+i0)*d+h*hd:], d)
+					}
 				}
 			}
 		})
@@ -462,8 +471,10 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 							vT[j*L+t] = vv
 						}
 					}
-					gemmSet(L, L, hd, do[o0*d+h*hd:], d, 1, vT, L, dp, L) // dP = dO·vᵀ
-					for i := range L {                                    // dS = P⊙(dP − Σ P⊙dP)
+					for i0 := 0; i0 < L; i0 += causalBlock { // dP = dO·vᵀ at or below the diagonal
+						gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, do[(o0+i0)*d+h*hd:], d, 1, vT, L, dp[i0*L:], L)
+					}
+					for i := range L { // dS = P⊙(dP − Σ P⊙dP)
 						prow, drow := pr[i*L:i*L+i+1], dp[i*L:i*L+i+1]
 						var dot float32
 						for j, pv := range prow {
@@ -474,9 +485,15 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 						}
 						clear(dp[i*L+i+1 : (i+1)*L])
 					}
-					gemmSet(L, hd, L, dp, L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[o0*3*d+h*hd:], 3*d) // dq = dS·k
-					gemmSet(L, hd, L, dp, 1, L, a.qkv[o0*3*d+h*hd:], 3*d, dqkv[o0*3*d+d+h*hd:], 3*d) // dk = dSᵀ·q
-					gemmSet(L, hd, L, pr, 1, L, do[o0*d+h*hd:], d, dqkv[o0*3*d+2*d+h*hd:], 3*d)      // dv = Pᵀ·dO
+					// dS and P are zero above the diagonal: query block i0 contracts over keys
+					// < i0+block (dq = dS·k), key block j0 over queries >= j0 (dk = dSᵀ·q,
+					// dv = Pᵀ·dO); the terms left out are exact zeros.
+					for b0 := 0; b0 < L; b0 += causalBlock {
+						rb := min(causalBlock, L-b0)
+						gemmSet(rb, hd, min(L, b0+causalBlock), dp[b0*L:], L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+h*hd:], 3*d)
+						gemmSet(rb, hd, L-b0, dp[b0*L+b0:], 1, L, a.qkv[(o0+b0)*3*d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+d+h*hd:], 3*d)
+						gemmSet(rb, hd, L-b0, pr[b0*L+b0:], 1, L, do[(o0+b0)*d+h*hd:], d, dqkv[(o0+b0)*3*d+2*d+h*hd:], 3*d)
+					}
 				}
 			}
 		})
