@@ -13,12 +13,16 @@ const kBlock = 256
 // hasAVX512 selects the AVX-512 kernel (GOEXPERIMENT=simd builds on CPUs that have it).
 var hasAVX512 = archsimd.X86.AVX512()
 
+// useAVX2 selects the AVX2 kernels (gemm_avx2.go) where AVX-512 is missing; tests set it to
+// compare the two.
+var useAVX2 = !hasAVX512 && hasAVX2
+
 // hostKernels reports whether the host trainer's vector kernels run here (see onHost).
-var hostKernels = hasAVX512
+var hostKernels = hasAVX512 || hasAVX2
 
 // gemmK adds op(A)·B into C, or stores it with load false (see gemm.go).
 func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
-	if !hasAVX512 || m == 0 || n == 0 || kk == 0 {
+	if !(hasAVX512 || useAVX2) || m == 0 || n == 0 || kk == 0 {
 		gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 		return
 	}
@@ -34,6 +38,10 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 		for k0 := 0; k0 < kk; k0 += kBlock {
 			gemmK(m, n, min(kBlock, kk-k0), a[k0*ak:], ai, ak, b[k0*ldb:], ldb, c, ldc, load || k0 > 0)
 		}
+		return
+	}
+	if useAVX2 {
+		gemmAVX2(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 		return
 	}
 	i := 0
@@ -159,6 +167,9 @@ func kernel1x16(kk int, a []float32, ak int, b []float32, ldb int, c []float32, 
 // expSum replaces every x[j] by e^(x[j]−shift) and returns their sum (the softmaxes' inner
 // loop): exp32's method, 16 lanes at a time.
 func expSum(x []float32, shift float32) float32 {
+	if useAVX2 {
+		return expSumAVX2(x, shift)
+	}
 	if !hasAVX512 {
 		return expSumScalar(x, shift)
 	}
@@ -206,6 +217,10 @@ func exp16(x archsimd.Float32x16) archsimd.Float32x16 {
 
 // reluRows replaces x by max(x, 0); reluGrad zeroes dx where the ReLU output u is not positive.
 func reluRows(x []float32) {
+	if useAVX2 {
+		reluAVX2(x)
+		return
+	}
 	if !hasAVX512 {
 		reluScalar(x)
 		return
@@ -219,6 +234,10 @@ func reluRows(x []float32) {
 }
 
 func reluGrad(dx, u []float32) {
+	if useAVX2 {
+		reluGradAVX2(dx, u)
+		return
+	}
 	if !hasAVX512 {
 		reluGradScalar(dx, u)
 		return

@@ -1,0 +1,160 @@
+//go:build amd64 && goexperiment.simd
+
+package learn
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// The AVX2 (+FMA) kernels, for CPUs without AVX-512 (most laptop Intel cores). They compute
+// exactly what the AVX-512 kernels compute, to the bit: the same chain of fused multiply-adds
+// per element of a product, and expSum's sum with the AVX-512 kernel's 16 lanes (two 8-lane
+// halves) added in the same order, so a run gives the same numbers on both kinds of machine
+// (TestAVX2MatchesAVX512).
+
+// hasAVX2 selects these kernels where AVX-512 is missing.
+var hasAVX2 = archsimd.X86.AVX2() && archsimd.X86.FMA()
+
+func load8(p *float32) archsimd.Float32x8 {
+	return archsimd.LoadFloat32x8((*[8]float32)(unsafe.Pointer(p)))
+}
+
+func loadC8(p *float32, load bool) archsimd.Float32x8 {
+	if load {
+		return load8(p)
+	}
+	return archsimd.Float32x8{}
+}
+
+// gemmAVX2 is gemmK's body on AVX2: blocks of 4 rows × 16 columns (8 accumulators).
+func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	i := 0
+	for ; i+4 <= m; i += 4 {
+		j := 0
+		for ; j+16 <= n; j += 16 {
+			kernel4x16AVX2(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc, load)
+		}
+		for r := range 4 {
+			for jj := j; jj < n; jj += 8 {
+				kernel1x8AVX2(kk, a[(i+r)*ai:], ak, b[jj:], ldb, c[(i+r)*ldc+jj:], min(8, n-jj), load)
+			}
+		}
+	}
+	for ; i < m; i++ {
+		for j := 0; j < n; j += 8 {
+			kernel1x8AVX2(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(8, n-j), load)
+		}
+	}
+}
+
+func kernel4x16AVX2(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	c00, c01 := loadC8(at(c, 0), load), loadC8(at(c, 8), load)
+	c10, c11 := loadC8(at(c, ldc), load), loadC8(at(c, ldc+8), load)
+	c20, c21 := loadC8(at(c, 2*ldc), load), loadC8(at(c, 2*ldc+8), load)
+	c30, c31 := loadC8(at(c, 3*ldc), load), loadC8(at(c, 3*ldc+8), load)
+	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+	sa, sb := uintptr(4*ak), uintptr(4*ldb)
+	r1, r2, r3 := uintptr(4*ai), uintptr(8*ai), uintptr(12*ai)
+	for range kk {
+		b0 := archsimd.LoadFloat32x8((*[8]float32)(pb))
+		b1 := archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(pb, 32)))
+		a0 := archsimd.BroadcastFloat32x8(*(*float32)(pa))
+		c00, c01 = b0.MulAdd(a0, c00), b1.MulAdd(a0, c01)
+		a1 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(pa, r1)))
+		c10, c11 = b0.MulAdd(a1, c10), b1.MulAdd(a1, c11)
+		a2 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(pa, r2)))
+		c20, c21 = b0.MulAdd(a2, c20), b1.MulAdd(a2, c21)
+		a3 := archsimd.BroadcastFloat32x8(*(*float32)(unsafe.Add(pa, r3)))
+		c30, c31 = b0.MulAdd(a3, c30), b1.MulAdd(a3, c31)
+		pa, pb = unsafe.Add(pa, sa), unsafe.Add(pb, sb)
+	}
+	st := func(v archsimd.Float32x8, p *float32) { v.Store((*[8]float32)(unsafe.Pointer(p))) }
+	st(c00, at(c, 0))
+	st(c01, at(c, 8))
+	st(c10, at(c, ldc))
+	st(c11, at(c, ldc+8))
+	st(c20, at(c, 2*ldc))
+	st(c21, at(c, 2*ldc+8))
+	st(c30, at(c, 3*ldc))
+	st(c31, at(c, 3*ldc+8))
+}
+
+// kernel1x8AVX2 computes one row of w <= 8 columns of C.
+func kernel1x8AVX2(kk int, a []float32, ak int, b []float32, ldb int, c []float32, w int, load bool) {
+	cs := c[:w:w]
+	var acc archsimd.Float32x8
+	if load {
+		acc = archsimd.LoadFloat32x8SlicePart(cs)
+	}
+	for k := range kk {
+		acc = archsimd.LoadFloat32x8SlicePart(b[k*ldb:k*ldb+w]).MulAdd(archsimd.BroadcastFloat32x8(a[k*ak]), acc)
+	}
+	acc.StoreSlicePart(cs)
+}
+
+// expSumAVX2 is expSum on AVX2, lane for lane the AVX-512 computation.
+func expSumAVX2(x []float32, shift float32) float32 {
+	var acc0, acc1 archsimd.Float32x8 // lanes 0–7 and 8–15 of the AVX-512 accumulator
+	sh := archsimd.BroadcastFloat32x8(shift)
+	j := 0
+	for ; j+16 <= len(x); j += 16 {
+		e0 := exp8(archsimd.LoadFloat32x8Slice(x[j : j+8]).Sub(sh))
+		e1 := exp8(archsimd.LoadFloat32x8Slice(x[j+8 : j+16]).Sub(sh))
+		e0.StoreSlice(x[j : j+8])
+		e1.StoreSlice(x[j+8 : j+16])
+		acc0, acc1 = acc0.Add(e0), acc1.Add(e1)
+	}
+	var lanes [16]float32
+	acc0.Store((*[8]float32)(lanes[:8]))
+	acc1.Store((*[8]float32)(lanes[8:]))
+	var sum float32
+	for _, v := range lanes {
+		sum += v
+	}
+	for ; j < len(x); j += 8 {
+		rest := x[j:min(j+8, len(x))]
+		exp8(archsimd.LoadFloat32x8SlicePart(rest).Sub(sh)).StoreSlicePart(rest)
+		for _, v := range rest {
+			sum += v
+		}
+	}
+	return sum
+}
+
+// exp8 is exp16 on 8 lanes.
+func exp8(x archsimd.Float32x8) archsimd.Float32x8 {
+	live := x.GreaterEqual(archsimd.BroadcastFloat32x8(-87.3))
+	x = x.Max(archsimd.BroadcastFloat32x8(-87.3)).Min(archsimd.BroadcastFloat32x8(88.72))
+	n := x.Mul(archsimd.BroadcastFloat32x8(1.44269504088896341)).RoundToEven()
+	r := n.MulAdd(archsimd.BroadcastFloat32x8(-0.693359375), x)
+	r = n.MulAdd(archsimd.BroadcastFloat32x8(2.12194440e-4), r)
+	p := archsimd.BroadcastFloat32x8(1.9875691500e-4)
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(1.3981999507e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(8.3334519073e-3))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(4.1665795894e-2))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(1.6666665459e-1))
+	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(5.0000001201e-1))
+	p = p.MulAdd(r.Mul(r), r.Add(archsimd.BroadcastFloat32x8(1)))
+	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x8(127)).ShiftAllLeft(23).AsFloat32x8()
+	return p.Mul(pow).Masked(live)
+}
+
+func reluAVX2(x []float32) {
+	var zero archsimd.Float32x8
+	j := 0
+	for ; j+8 <= len(x); j += 8 {
+		archsimd.LoadFloat32x8Slice(x[j : j+8]).Max(zero).StoreSlice(x[j : j+8])
+	}
+	reluScalar(x[j:])
+}
+
+func reluGradAVX2(dx, u []float32) {
+	var zero archsimd.Float32x8
+	j := 0
+	for ; j+8 <= len(dx) && j+8 <= len(u); j += 8 {
+		live := archsimd.LoadFloat32x8Slice(u[j : j+8]).Greater(zero)
+		archsimd.LoadFloat32x8Slice(dx[j : j+8]).Masked(live).StoreSlice(dx[j : j+8])
+	}
+	reluGradScalar(dx[j:], u[j:])
+}
