@@ -150,8 +150,9 @@ type hostActs struct {
 // ropeHostCache keeps ropeHost's tables by context and head width.
 var ropeHostCache sync.Map // [2]int -> [2][]float32
 
-// ropeHost returns RoPE's cos and sin tables [context, hd], the values ropeTables puts in the
-// graph (computed once per shape; callers must not change them).
+// ropeHost returns RoPE's cos and sin tables [context, hd] (column i and i+hd/2 rotate
+// together by angle pos·θ^(−2i/hd)), for the host code and the graph's ropeTables alike
+// (computed once per shape; callers must not change them).
 func (c arch) ropeHost() (cos, sin []float32) {
 	key := [2]int{c.Context, c.Width / c.Heads}
 	if t, ok := ropeHostCache.Load(key); ok {

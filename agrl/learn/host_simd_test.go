@@ -5,8 +5,6 @@ package learn
 import (
 	"math/rand/v2"
 	"testing"
-
-	"agrl.dev/agrl"
 )
 
 // TestAVX2MatchesAVX512 runs the AVX2 kernels (as on a CPU without AVX-512) and the AVX-512
@@ -34,13 +32,7 @@ func TestAVX2MatchesAVX512(t *testing.T) {
 		}
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
-	fill := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	fill := func(n int) []float32 { return randNormals(rng, n) }
 	for _, sh := range [][3]int{{1, 1, 1}, {5, 37, 3}, {9, 33, 17}, {64, 211, 300}, {7, 8, 2}, {3, 23, 40}} {
 		m, n, kk := sh[0], sh[1], sh[2]
 		a, b, c := fill(m*kk), fill(kk*n), fill(m*n)
@@ -76,24 +68,12 @@ func TestAVX2MatchesAVX512(t *testing.T) {
 		})
 		same("relu", x, y)
 	}
-	step := func() []float32 {
-		p := MustNewPolicy(testLM().Seed(8).Shards(2))
-		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			if _, err := tr.Step(sftBatch(t, p.Tokenizer(), 7)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		var all []float32
-		ws := weightsOf(t, p)
-		for _, s := range p.arch.weightSpecs() {
-			all = append(all, ws[s.name]...)
-		}
-		return all
+	useAVX2 = false
+	w512 := twoHostSteps(t, 2)
+	useAVX2 = true
+	w2 := twoHostSteps(t, 2)
+	useAVX2 = false
+	if d := maxDiff(w512, w2); d != 0 {
+		t.Errorf("weights after two steps: AVX2 differs from AVX-512 by %g", d)
 	}
-	x, y := both(step)
-	same("weights after two steps", x, y)
 }

@@ -15,13 +15,7 @@ import (
 // uses (A row-major and transposed, strided B and C) and at shapes with every kind of tail.
 func TestGemm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	fill := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(rng.NormFloat64())
-		}
-		return x
-	}
+	fill := func(n int) []float32 { return randNormals(rng, n) }
 	for _, sh := range [][3]int{{1, 1, 1}, {4, 32, 8}, {5, 37, 3}, {7, 16, 40}, {9, 33, 17}, {64, 211, 128}, {3, 15, 2}, {130, 384, 128}} {
 		m, n, kk := sh[0], sh[1], sh[2]
 		for _, trans := range []bool{false, true} {
@@ -80,6 +74,15 @@ func TestGemm(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randNormals returns n standard normal float32s.
+func randNormals(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
 }
 
 // entLoss is a loss that reads log-probs, entropies and two values: −Σ mask·(adv·logp + 0.05·H) / Σ mask.

@@ -524,17 +524,9 @@ func (c arch) extend(w *weights, tokens, start, count, invT *graph.Node, caches 
 // i+hd/2 rotate together by angle pos·θ^(−2i/hd).
 func (c arch) ropeTables(g *graph.Graph) (cos, sin *graph.Node) {
 	hd := c.Width / c.Heads
-	half := hd / 2
-	cs, sn := make([]float32, c.Context*hd), make([]float32, c.Context*hd)
-	for p := range c.Context {
-		for i := range half {
-			a := float64(p) * math.Pow(ropeBase, -2*float64(i)/float64(hd))
-			cs[p*hd+i], cs[p*hd+i+half] = float32(math.Cos(a)), float32(math.Cos(a))
-			sn[p*hd+i], sn[p*hd+i+half] = float32(math.Sin(a)), float32(math.Sin(a))
-		}
-	}
-	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, c.Context, hd)),
-		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, c.Context, hd))
+	cs, sn := c.ropeHost()
+	return graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Clone(cs), c.Context, hd)),
+		graph.Const(g, tensors.FromFlatDataAndDimensions(slices.Clone(sn), c.Context, hd))
 }
 
 // rope rotates x [N, T, hd] by position: x·cos + rotate_half(x)·sin, where rotate_half swaps

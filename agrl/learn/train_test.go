@@ -161,27 +161,34 @@ func TestShardedStepMatchesUnsharded(t *testing.T) {
 func TestHostStepSameOnAnyWorkers(t *testing.T) {
 	var ws []map[string][]float32
 	for _, shards := range []int{1, 2, 3} {
-		p := MustNewPolicy(testLM().Seed(8).Shards(shards))
-		p.hostAlways = true // the portable loops too, in builds without the vector kernels
-		if !p.onHost() {
-			t.Skip("not on the go backend")
-		}
-		tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 2 {
-			if _, err := tr.Step(sftBatch(t, p.Tokenizer(), 7)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		ws = append(ws, weightsOf(t, p))
+		ws = append(ws, twoHostSteps(t, shards))
 	}
 	for i := 1; i < len(ws); i++ {
 		if d := maxDiff(ws[0], ws[i]); d != 0 {
 			t.Errorf("%d workers: weights differ from one worker's by %g", i+1, d)
 		}
 	}
+}
+
+// twoHostSteps returns the weights after two host-path SFT steps of the seed-8 test model on
+// the given number of workers (the portable loops too, in builds without the vector kernels).
+func twoHostSteps(t *testing.T, shards int) map[string][]float32 {
+	t.Helper()
+	p := MustNewPolicy(testLM().Seed(8).Shards(shards))
+	p.hostAlways = true
+	if !p.onHost() {
+		t.Skip("not on the go backend")
+	}
+	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, agrl.NewAdamW().LR(1e-2), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := tr.Step(sftBatch(t, p.Tokenizer(), 7)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return weightsOf(t, p)
 }
 
 // TestUnfusedPath runs the graphs as on XLA, which has none of the go backend's fused ops
