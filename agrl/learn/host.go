@@ -15,15 +15,17 @@ import (
 
 // The host trainer: on the go backend, a training step's forward and backward passes run as
 // plain Go over the model's weights instead of as a GoMLX graph (docs/performance.md, "The
-// host trainer"). The graph version spends two thirds of a step outside its matrix products,
-// in generic element-wise, transpose and reduction loops, and pads or packs sequences into
-// rows; here every sequence is computed at its own length (no padding, no packing, no mask
-// tensors), the products run on register-blocked AVX-512 kernels (gemm_simd.go), and both
-// cores share every stage. The loss stays a GoMLX graph (the trainer's LossFunc, evaluated
-// on the per-token statistics, which also gives its gradient with respect to them), and so
-// does the AdamW update, so optimizer state, checkpoints and resume are unchanged. It
-// computes exactly the model of model.go (TestHostMatchesGraph checks the statistics and the
-// gradients against the graph's); other backends (XLA) and learned positions use the graph.
+// host trainer and decoder"). The graph version spends two thirds of a step outside its matrix
+// products, in generic element-wise, transpose and reduction loops, and pads or packs
+// sequences into rows; here every sequence is computed at its own length (no padding, no
+// packing, no mask tensors), the products run on register-blocked AVX-512 or AVX2 kernels
+// (gemm_simd.go, gemm_avx2.go), and both cores share every stage. The loss stays a GoMLX graph
+// (the trainer's LossFunc, evaluated on the per-token statistics, which also gives its
+// gradient with respect to them). The AdamW update runs here too, in place on the store's
+// variables, so optimizer state, checkpoints and resume are unchanged. Score takes the same
+// forward pass and the Decoder a host KV cache (hostsample.go). It computes exactly the model
+// of model.go (TestHostMatchesGraph checks the statistics and the gradients against the
+// graph's); where it runs is onHost's choice, everything else uses the graphs.
 
 // parallel runs f(w, nw) for w < nw on nw goroutines (the caller's included) and waits.
 func parallel(nw int, f func(w, nw int)) {

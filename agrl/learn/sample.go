@@ -48,8 +48,12 @@ var chunkBuckets = []int{1, 4, 16, 64}
 // sequences of a shard advance together, one graph call per step, each reading its own pending
 // tokens or writing its next one; the shards (see LM.Shards) run concurrently.
 //
+// On the host path (see onHost) the steps run in Go over a KV cache in host memory
+// (hostsample.go), with the weights read when Run starts.
+//
 // A Decoder is not safe for concurrent use (Start, Run and Close are called by one goroutine);
-// it holds the policy (shared) only during each step, so training may run between steps.
+// on the graph path it holds the policy (shared) only during each step, so training may run
+// between steps.
 type Decoder struct {
 	p        *Policy
 	s        agrl.Sampling
