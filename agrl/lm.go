@@ -98,8 +98,10 @@ func (c LM) Backend(config string) LM { c.backend = config; return c }
 
 // Shards sets into how many parts training batches and sampling batches are split and run
 // concurrently. The go backend runs most ops on a single core, so on a 2-core machine two
-// shards use both cores. 0 (the default) means 2 on the go backend when GOMAXPROCS >= 2, else 1
-// (XLA parallelises each op itself).
+// shards use both cores. 0 (the default) means one per core (GOMAXPROCS) on the learner's host
+// path (agrl/learn: the go backend with its vector kernels; results do not depend on the
+// count), 2 on the go backend's graphs when GOMAXPROCS >= 2, else 1 (XLA parallelises each op
+// itself).
 func (c LM) Shards(n int) LM { c.shards = n; return c }
 
 // Seed sets the seed of the weight initialisation.

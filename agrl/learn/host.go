@@ -3,6 +3,7 @@ package learn
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"sync"
 
@@ -546,6 +547,16 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	return out
 }
 
+// workers is the number of concurrent parts of a batch: on the host path every core's
+// (GOMAXPROCS), unless LM.Shards says otherwise — the host code's results do not depend on it
+// (TestHostStepSameOnAnyWorkers, TestHostDecoderSameOnAnyShards); on the graph path shards().
+func (p *Policy) workers() int {
+	if p.onHost() && p.arch.Shards == 0 {
+		return max(1, runtime.GOMAXPROCS(0))
+	}
+	return p.shards()
+}
+
 // onHost reports whether the policy's training steps and scoring take the host path: on the
 // go backend with RoPE positions (the host code has no learned position table), where the
 // host kernels are vectorised (hostKernels: a GOEXPERIMENT=simd build on an AVX-512 CPU; the
@@ -724,7 +735,7 @@ func (p *Policy) hostScore(seqs [][]int32, temperature float64) ([]TokenScores, 
 		return nil, err
 	}
 	var ar arena
-	ps := p.arch.hostForward(&ar, w, seqs, invTemperature(temperature), p.shards())
+	ps := p.arch.hostForward(&ar, w, seqs, invTemperature(temperature), p.workers())
 	out := make([]TokenScores, len(seqs))
 	for s, seq := range seqs {
 		lo, hi := ps.off[s], ps.off[s]+len(seq)-1

@@ -103,7 +103,7 @@ func (p *Policy) NewDecoder(n, capacity int, s agrl.Sampling) (*Decoder, error) 
 		return nil, fmt.Errorf("agrl: NewDecoder: capacity %d tokens; want 2..%d (the context)", capacity, p.arch.Context)
 	}
 	d := &Decoder{p: p, s: s, capacity: capacity, seqs: make([]decSeq, n), invT: invTemperature(s.Temperature)}
-	shards := max(1, min(p.shards(), n/minShardBatch))
+	shards := max(1, min(p.workers(), n/minShardBatch))
 	for k := range shards {
 		part := &decPart{}
 		for i := k * n / shards; i < (k+1)*n/shards; i++ {

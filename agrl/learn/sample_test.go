@@ -23,6 +23,31 @@ func TestSamplerScorerAgreement(t *testing.T) {
 	}
 }
 
+// TestHostDecoderSameOnAnyShards: the host decoder computes each sequence on its own, so its
+// samples and log-probs are the same bits however many shards the batch is cut into.
+func TestHostDecoderSameOnAnyShards(t *testing.T) {
+	var outs [][]Completion
+	for _, shards := range []int{1, 3} {
+		p := MustNewPolicy(testLM().Seed(5).Shards(shards))
+		p.hostAlways = true
+		tok := p.Tokenizer()
+		var prompts [][]int32
+		for i := range 13 {
+			prompts = append(prompts, tok.AppendEncode([]int32{agrl.BOS}, strings.Repeat("7+", 1+i%5)+"1"))
+		}
+		out, err := p.Complete(prompts, 12, agrl.Sampling{Temperature: 1, Seed: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, out)
+	}
+	for i := range outs[0] {
+		if !slices.Equal(outs[0][i].Tokens, outs[1][i].Tokens) || !slices.Equal(outs[0][i].LogProbs, outs[1][i].LogProbs) {
+			t.Fatalf("prompt %d: 1 shard %v %v, 3 shards %v %v", i, outs[0][i].Tokens, outs[0][i].LogProbs, outs[1][i].Tokens, outs[1][i].LogProbs)
+		}
+	}
+}
+
 // TestHostDecoderMatchesGraph samples greedily with the host decoder and with the graph's, over
 // several turns with observations, and compares the tokens and their log-probs.
 func TestHostDecoderMatchesGraph(t *testing.T) {

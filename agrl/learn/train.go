@@ -110,7 +110,7 @@ func (p *Policy) NewTrainer(name string, loss LossFunc, values []string, opt agr
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("agrl: NewTrainer: %w", errors.Join(errs...))
 	}
-	t := &Trainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature), shards: p.shards()}
+	t := &Trainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature), shards: p.workers()}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := t.ensureState(); err != nil {
