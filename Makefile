@@ -20,12 +20,12 @@ all: build test
 ## included), then every notebook headlessly in quick mode
 test: go-test notebooks
 
-## go-test: the Go part of test only; the learner's package runs twice, the second time built
-## with GOEXPERIMENT=simd, where training and scoring take the host trainer's AVX-512 kernels
-## (on CPUs that have them) instead of the GoMLX graphs
+## go-test: the Go part of test only; the learner's package and the CLI run twice, the second
+## time built with GOEXPERIMENT=simd, where training, scoring and sampling take the host path's
+## AVX-512/AVX2 kernels (on CPUs that have them) instead of the GoMLX graphs
 go-test: fmt-check vet
 	$(GO) test -count=1 -timeout 30m ./...
-	GOEXPERIMENT=simd $(GO) test -count=1 -timeout 30m ./agrl/learn/
+	GOEXPERIMENT=simd $(GO) test -count=1 -timeout 30m ./agrl/learn/ ./agrl/cmd/agrl/
 
 vet:
 	$(GO) vet ./...
