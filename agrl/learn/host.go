@@ -131,6 +131,8 @@ type hostPass struct {
 	seqs    [][]int32
 	off     []int
 	n       int
+	pos     []int32 // [n] each row's position in its sequence
+	targets []int32 // [n] each row's next token
 	layers  []hostActs
 	hf      []float32 // [n, d] final LayerNorm output
 	lnf     lnCache
@@ -258,6 +260,39 @@ func gainGrads(workers int, dy []float32, cache lnCache, dg, db []float32, n, d 
 	})
 }
 
+// attentionInputs computes the first half of a block's input to its attention for n rows:
+// h = LN1(x) (cache lnc), qkv = h·[Wq | Wk | Wv], the queries scaled by 1/√hd, queries and keys
+// rotated by their positions pos. The trainer's forward pass and the decoder both call it.
+func (c arch) attentionInputs(nw, n int, lw *hostLayer, x, h, qkv []float32, lnc lnCache, pos []int32) {
+	d, nh := c.Width, c.Heads
+	hd := d / nh
+	cos, sin := c.ropeHost()
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	rowsDo(nw, n, func(lo, hi int) { layerNormRows(x, h, lw.ln1G, lw.ln1B, d, lo, hi, lnc) })
+	gemmRowsSet(nw, n, 3*d, d, h, d, 1, lw.qkv, 3*d, qkv, 3*d)
+	rowsDo(nw, n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			for j := range d {
+				qkv[r*3*d+j] *= scale
+			}
+		}
+		for hh := range nh {
+			ropeRows(qkv, 3*d, hh*hd, hd, pos, cos, sin, lo, hi, false)
+			ropeRows(qkv, 3*d, d+hh*hd, hd, pos, cos, sin, lo, hi, false)
+		}
+	})
+}
+
+// mlpResidual adds a block's feed-forward half to n rows of x, x += relu(LN2(x)·fc1)·fc2, with
+// LN2's output in h (cache lnc) and the ReLU's in u (the backward pass reads both).
+func (c arch) mlpResidual(nw, n int, lw *hostLayer, x, h, u []float32, lnc lnCache) {
+	d, m := c.Width, c.MLP
+	rowsDo(nw, n, func(lo, hi int) { layerNormRows(x, h, lw.ln2G, lw.ln2B, d, lo, hi, lnc) })
+	gemmRowsSet(nw, n, m, d, h, d, 1, lw.fc1, m, u, m)
+	rowsDo(nw, n, func(lo, hi int) { reluRows(u[lo*m : hi*m]) })
+	gemmRows(nw, n, d, m, u, m, 1, lw.fc2, d, x, d)
+}
+
 // causalBlock is the number of query (or key) rows per product in the attention: each block
 // is computed only up to (or from) the diagonal.
 const causalBlock = 16
@@ -300,8 +335,6 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 			copy(x[(ps.off[s]+t)*d:], w.embed[int(tok)*d:(int(tok)+1)*d])
 		}
 	}
-	cos, sin := c.ropeHost()
-	scale := float32(1 / math.Sqrt(float64(hd)))
 	bySeq := seqSplit(seqs, nw)
 	rows := func(f func(lo, hi int)) { rowsDo(nw, n, f) }
 	for l := range w.layers {
@@ -317,19 +350,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 		for wk := range nw {
 			kTs[wk] = raw(hd * c.Context)
 		}
-		rows(func(lo, hi int) { layerNormRows(x, a.h1, lw.ln1G, lw.ln1B, d, lo, hi, a.ln1) })
-		gemmRowsSet(nw, n, 3*d, d, a.h1, d, 1, lw.qkv, 3*d, a.qkv, 3*d)
-		rows(func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				for j := range d {
-					a.qkv[r*3*d+j] *= scale
-				}
-			}
-			for h := range nh {
-				ropeRows(a.qkv, 3*d, h*hd, hd, pos, cos, sin, lo, hi, false)
-				ropeRows(a.qkv, 3*d, d+h*hd, hd, pos, cos, sin, lo, hi, false)
-			}
-		})
+		c.attentionInputs(nw, n, lw, x, a.h1, a.qkv, a.ln1, pos)
 		parallel(nw, func(wk, _ int) {
 			for _, s := range bySeq[wk] {
 				L, o0 := len(seqs[s])-1, ps.off[s]
@@ -363,12 +384,8 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 				}
 			}
 		})
-		// The residual connections: the products add into x itself.
-		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, x, d)
-		rows(func(lo, hi int) { layerNormRows(x, a.h2, lw.ln2G, lw.ln2B, d, lo, hi, a.ln2) })
-		gemmRowsSet(nw, n, m, d, a.h2, d, 1, lw.fc1, m, a.u, m)
-		rows(func(lo, hi int) { reluRows(a.u[lo*m : hi*m]) })
-		gemmRows(nw, n, d, m, a.u, m, 1, lw.fc2, d, x, d)
+		gemmRows(nw, n, d, d, a.o, d, 1, lw.out, d, x, d) // the residual: x += o·out
+		c.mlpResidual(nw, n, lw, x, a.h2, a.u, a.ln2)
 		ps.layers = append(ps.layers, a)
 	}
 	ps.hf, ps.lnf = raw(n*d), lnCache{raw(n * d), raw(n)}
@@ -380,6 +397,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 	for s, seq := range seqs {
 		copy(targets[ps.off[s]:], seq[1:])
 	}
+	ps.pos, ps.targets = pos, targets
 	ps.logp, ps.ent, ps.top1 = raw(n), raw(n), f(n)
 	rows(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -406,10 +424,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	// Output layer: z = invT·logits + ban, lp = z − logsumexp(z); ∂logp/∂z = onehot − p,
 	// ∂H/∂z = −p·(lp + H).
 	dlog := raw(n * v)
-	targets := make([]int32, n)
-	for s, seq := range ps.seqs {
-		copy(targets[ps.off[s]:], seq[1:])
-	}
+	targets, pos := ps.targets, ps.pos
 	rows(func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			lp, pr, dz := ps.lp[r*v:(r+1)*v], ps.p[r*v:(r+1)*v], dlog[r*v:(r+1)*v]
@@ -430,12 +445,6 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	dx := f(n * d)
 	rows(func(lo, hi int) { layerNormBackRows(dh, dx, w.lnfG, d, lo, hi, ps.lnf) })
 	cos, sin := c.ropeHost()
-	pos := make([]int32, n)
-	for s, seq := range ps.seqs {
-		for t := range len(seq) - 1 {
-			pos[ps.off[s]+t] = int32(t)
-		}
-	}
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	bySeq := seqSplit(ps.seqs, nw)
 	for l := len(w.layers) - 1; l >= 0; l-- {

@@ -52,27 +52,13 @@ func (d *Decoder) hostStep(part *decPart, w *hostWeights) ([]int, []float32) {
 			copy(x[(off[r]+t)*dm:], w.embed[int(tok)*dm:(int(tok)+1)*dm])
 		}
 	}
-	cos, sin := c.ropeHost()
-	scale := float32(1 / math.Sqrt(float64(hd)))
 	lnc := lnCache{f(n * dm), f(n)}
-	h, qkv, o, att, u, y := f(n*dm), f(n*3*dm), f(n*dm), f(n*dm), f(n*m), f(n*dm)
+	h, qkv, o, u := f(n*dm), f(n*3*dm), f(n*dm), f(n*m)
 	scores := f(capacity * capacity)
 	for l := range w.layers {
 		lw := &w.layers[l]
 		kc, vc := part.host.k[l], part.host.v[l]
-		layerNormRows(x, h, lw.ln1G, lw.ln1B, dm, 0, n, lnc)
-		clear(qkv)
-		gemm(n, 3*dm, dm, h, dm, 1, lw.qkv, 3*dm, qkv, 3*dm)
-		for r := range n {
-			for j := range dm {
-				qkv[r*3*dm+j] *= scale
-			}
-		}
-		for hh := range nh {
-			ropeRows(qkv, 3*dm, hh*hd, hd, pos, cos, sin, 0, n, false)
-			ropeRows(qkv, 3*dm, dm+hh*hd, hd, pos, cos, sin, 0, n, false)
-		}
-		clear(o)
+		c.attentionInputs(1, n, lw, x, h, qkv, lnc, pos) // the shards already use the cores
 		for r, i := range part.rows {
 			if counts[r] == 0 {
 				continue
@@ -91,8 +77,7 @@ func (d *Decoder) hostStep(part *decPart, w *hostWeights) ([]int, []float32) {
 			nr, L := counts[r], fed+counts[r]
 			for hh := range nh {
 				s := scores[:nr*L]
-				clear(s)
-				gemm(nr, L, hd, qkv[off[r]*3*dm+hh*hd:], 3*dm, 1, kc[(r*nh+hh)*hd*capacity:], capacity, s, L)
+				gemmSet(nr, L, hd, qkv[off[r]*3*dm+hh*hd:], 3*dm, 1, kc[(r*nh+hh)*hd*capacity:], capacity, s, L)
 				for t := range nr { // token t sees positions 0..fed+t
 					row := s[t*L : (t+1)*L]
 					vis := row[:fed+t+1]
@@ -106,25 +91,11 @@ func (d *Decoder) hostStep(part *decPart, w *hostWeights) ([]int, []float32) {
 					}
 					clear(row[fed+t+1:])
 				}
-				gemm(nr, hd, L, s, L, 1, vc[r*capacity*dm+hh*hd:], dm, o[off[r]*dm+hh*hd:], dm)
+				gemmSet(nr, hd, L, s, L, 1, vc[r*capacity*dm+hh*hd:], dm, o[off[r]*dm+hh*hd:], dm)
 			}
 		}
-		clear(att)
-		gemm(n, dm, dm, o, dm, 1, lw.out, dm, att, dm)
-		for j, av := range att {
-			x[j] += av
-		}
-		layerNormRows(x, h, lw.ln2G, lw.ln2B, dm, 0, n, lnc)
-		clear(u)
-		gemm(n, m, dm, h, dm, 1, lw.fc1, m, u, m)
-		for j, uv := range u {
-			u[j] = max(uv, 0)
-		}
-		clear(y)
-		gemm(n, dm, m, u, m, 1, lw.fc2, dm, y, dm)
-		for j, yv := range y {
-			x[j] += yv
-		}
+		gemm(n, dm, dm, o, dm, 1, lw.out, dm, x, dm) // the residual: x += o·out
+		c.mlpResidual(1, n, lw, x, h, u, lnc)
 	}
 	// The next-token log-probs after each row's last new token.
 	logp := make([]float32, rows*v)
