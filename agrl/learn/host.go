@@ -44,7 +44,7 @@ func parallel(nw int, f func(w, nw int)) {
 }
 
 // hostWeights are the model's weights copied from the store for one step, laid out for the
-// host kernels, with the transposes the backward pass multiplies by.
+// host kernels; the transposes the backward pass multiplies by are filled in by transposes.
 type hostWeights struct {
 	embed, lnfG, lnfB []float32 // [V, d], [d], [d]
 	head, headT       []float32 // [d, V], [V, d]
@@ -73,7 +73,7 @@ func transpose(x []float32, r, c int) []float32 {
 // hostWeightsOf copies the policy's weights out of its store (the caller holds p.mu).
 func (p *Policy) hostWeightsOf() (*hostWeights, error) {
 	c := p.arch
-	d, m, v := c.Width, c.MLP, c.Vocab()
+	d := c.Width
 	get := func(name string) ([]float32, error) {
 		vr := p.store.GetVariable(model.JoinPath(lmScope, name))
 		if vr == nil {
@@ -108,15 +108,24 @@ func (p *Policy) hostWeightsOf() (*hostWeights, error) {
 			copy(lw.qkv[i*3*d+d:], k[i*d:(i+1)*d])
 			copy(lw.qkv[i*3*d+2*d:], vv[i*d:(i+1)*d])
 		}
-		lw.qkvT, lw.outT = transpose(lw.qkv, d, 3*d), transpose(lw.out, d, d)
-		lw.fc1T, lw.fc2T = transpose(lw.fc1, d, m), transpose(lw.fc2, m, d)
 		w.layers = append(w.layers, lw)
 	}
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	w.headT = transpose(w.head, d, v)
 	return w, nil
+}
+
+// transposes fills in the transposed weights the backward pass multiplies by (scoring and
+// sampling never need them).
+func (w *hostWeights) transposes(c arch) {
+	d, m, v := c.Width, c.MLP, c.Vocab()
+	for l := range w.layers {
+		lw := &w.layers[l]
+		lw.qkvT, lw.outT = transpose(lw.qkv, d, 3*d), transpose(lw.out, d, d)
+		lw.fc1T, lw.fc2T = transpose(lw.fc1, d, m), transpose(lw.fc2, m, d)
+	}
+	w.headT = transpose(w.head, d, v)
 }
 
 // hostPass is one forward pass over a batch of sequences, kept for its backward pass. Row r of
@@ -419,6 +428,9 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	c, w, n, nw := ps.c, ps.w, ps.n, ps.workers
 	d, m, v, nh := c.Width, c.MLP, c.Vocab(), c.Heads
 	hd := d / nh
+	if w.headT == nil {
+		w.transposes(c)
+	}
 	rows := func(f func(lo, hi int)) { rowsDo(nw, n, f) }
 	f, raw := ps.ar.alloc, ps.ar.raw
 	// Output layer: z = invT·logits + ban, lp = z − logsumexp(z); ∂logp/∂z = onehot − p,
