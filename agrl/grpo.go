@@ -56,6 +56,8 @@ type GRPOSpec struct {
 	MaxActionTokens              int
 	DynamicSampling              bool
 	Curriculum                   int
+	Screen                       int
+	ScreenAgent                  Agent
 	Gamma                        float64
 	StopOnPlateau                int
 	TurnAdvantages               bool
@@ -275,6 +277,23 @@ func (g GRPO) DynamicSampling(on bool) GRPO { g.s.DynamicSampling = on; return g
 // Mix's own proportions.
 func (g GRPO) Curriculum(window int) GRPO { g.s.Curriculum = window; return g }
 
+// Screen turns on task screening (0: off, the default): each step draws pool candidates for
+// every task it needs from the training stream, plays agent (the environment's expert) on each
+// and scores that episode's actions with the current policy at the training temperature. The
+// product of the action tokens' probabilities, q, estimates how often the policy would act as
+// the expert does, hence its success; the step keeps the candidates whose groups of G are most
+// likely to disagree (largest 1 − q^G − (1 − q)^G) and rolls out only those. Solved tasks
+// (q near 1) and hopeless ones (q near 0) carry no signal in a group, so this is a curriculum
+// that follows the policy task by task, at the cost of one forward pass over pool × tasks short
+// expert episodes (no sampling). The estimate is a lower bound where other action sequences
+// also succeed. The predicted share of groups with signal is logged (MetricScreenSignal);
+// frac_reward_zero_std stays the measured one. It is deterministic in the weights, so a
+// resumed run screens exactly as an uninterrupted one.
+func (g GRPO) Screen(pool int, agent Agent) GRPO {
+	g.s.Screen, g.s.ScreenAgent = pool, agent
+	return g
+}
+
 // StopOnPlateau ends GRPO early, before Steps, once dev success has not improved for patience
 // periodic evaluations in a row (agrl.Plateaued over the warm start's dev success and every
 // EvalEvery-step evaluation; 0: off, the default). The final evaluation and summary follow as
@@ -439,6 +458,12 @@ func (g GRPO) Validate() error {
 	if g.s.Curriculum < 0 {
 		add("curriculum window %d; want >= 0 steps (0: off)", g.s.Curriculum)
 	}
+	if g.s.Screen < 0 || g.s.Screen == 1 {
+		add("screening pool %d; want 0 (off) or >= 2 candidates per task", g.s.Screen)
+	}
+	if g.s.Screen > 1 && g.s.ScreenAgent == nil {
+		add("screening needs an agent (the environment's expert) to score")
+	}
 	if g.s.MaxTurns < 0 || g.s.MaxTokens < 0 || g.s.MaxActionTokens < 0 {
 		add("negative turn or token limits (%d, %d, %d)", g.s.MaxTurns, g.s.MaxTokens, g.s.MaxActionTokens)
 	}
@@ -502,6 +527,7 @@ type GRPOConfig struct {
 	MaxActionTokens int                    `json:"max_action_tokens"`
 	DynamicSampling bool                   `json:"dynamic_sampling"`
 	Curriculum      int                    `json:"curriculum,omitempty"`
+	Screen          int                    `json:"screen,omitempty"`
 	Gamma           float64                `json:"gamma,omitempty"` // omitted when 1
 	StopOnPlateau   int                    `json:"stop_on_plateau,omitempty"`
 	TurnAdvantages  bool                   `json:"turn_advantages,omitempty"`
@@ -523,7 +549,7 @@ func (g GRPO) Resolved() GRPOConfig {
 		Minibatches: g.s.Minibatches, AdvantageNorm: g.s.AdvantageNorm, LossNorm: g.s.LossNorm,
 		Temperature: g.s.Temperature, EvalTemperature: g.s.EvalTemperature, MaxTurns: g.s.MaxTurns,
 		MaxTokens: g.s.MaxTokens, MaxActionTokens: g.s.MaxActionTokens, DynamicSampling: g.s.DynamicSampling,
-		Curriculum: g.s.Curriculum, TurnAdvantages: g.s.TurnAdvantages, StopOnPlateau: g.s.StopOnPlateau,
+		Curriculum: g.s.Curriculum, Screen: g.s.Screen, TurnAdvantages: g.s.TurnAdvantages, StopOnPlateau: g.s.StopOnPlateau,
 		MaskTruncated: g.s.MaskTruncated, EvalEvery: g.s.EvalEvery, EvalTasks: g.s.EvalTasks,
 		Trajectories: g.s.TrajectoriesEvery, CheckpointEvery: g.s.CheckpointEvery, Seed: g.s.Seed, Steps: g.s.Steps,
 		Out: g.s.Out, From: g.s.From,

@@ -38,6 +38,13 @@ const (
 	// all-equal groups it dropped.
 	MetricRefills       = "dynamic/refills"
 	MetricDroppedGroups = "dynamic/dropped_groups"
+	// With task screening (GRPO.Screen): MetricScreenSignal is the predicted share of the
+	// step's first-round groups with signal (mean of 1 − q^G − (1 − q)^G over the chosen
+	// tasks), MetricScreenPoolSignal the same over every candidate (what drawing without
+	// screening would predict), MetricScreenQ the chosen tasks' mean estimated success q.
+	MetricScreenSignal     = "screen/predicted_signal"
+	MetricScreenPoolSignal = "screen/pool_signal"
+	MetricScreenQ          = "screen/q"
 	// MetricEpisodes is the number of episodes trained on.
 	MetricEpisodes = "episodes"
 

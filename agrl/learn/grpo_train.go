@@ -742,7 +742,10 @@ func (t *GRPOTrainer) checkpoint() error {
 //   - Groups: "frac_reward_zero_std" (share of the first rollout's groups whose rewards are
 //     all equal), "dynamic/refills", "dynamic/dropped_groups"; with a curriculum, per
 //     difficulty D the weight the tasks were drawn with, "curriculum/weight_D", and the groups
-//     sampled and those with signal, "curriculum/groups_D" and "curriculum/signal_D".
+//     sampled and those with signal, "curriculum/groups_D" and "curriculum/signal_D"; with
+//     screening, the predicted share of groups with signal of the chosen tasks and of all
+//     candidates, "screen/predicted_signal" and "screen/pool_signal", and the chosen tasks'
+//     estimated success "screen/q".
 //   - Loss diagnostics, from the first minibatch of the first epoch (the weights that sampled;
 //     means over its policy tokens): "kl" (to the reference; 0 with KL(0)), "entropy",
 //     "clip/low", "clip/high" (shares of tokens clipped), "ratio/mean", "ratio/dev" (mean
@@ -904,6 +907,8 @@ type rollStats struct {
 	// sampled (every round) and those whose rewards were not all equal.
 	weights        map[agrl.Difficulty]float64
 	byDiff, signal map[agrl.Difficulty]int
+	// With task screening: what it predicted for the first round.
+	screen screenStats
 }
 
 // curriculumWeights computes the step's task weights from the curriculum counts logged over the
@@ -948,12 +953,12 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, [][]float64
 		if round > 0 {
 			st.refills++
 		}
+		tasks, err := t.drawTasks(stream, need, &st.screen)
+		if err != nil {
+			return nil, nil, nil, st, err
+		}
 		batch := make([]agrl.Task, 0, need*G)
-		for range need {
-			task, err := stream.Next()
-			if err != nil {
-				return nil, nil, nil, st, err
-			}
+		for _, task := range tasks {
 			for range G {
 				batch = append(batch, task)
 			}
@@ -1146,6 +1151,9 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
 	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
 	m[agrl.MetricEpisodes] = n
+	if st.screen.on {
+		m[agrl.MetricScreenSignal], m[agrl.MetricScreenPoolSignal], m[agrl.MetricScreenQ] = st.screen.signal, st.screen.pool, st.screen.chosen
+	}
 	for d, w := range st.weights {
 		m[agrl.MetricCurriculumWeight(d)] = w
 		m[agrl.MetricCurriculumGroups(d)] = float64(st.byDiff[d])

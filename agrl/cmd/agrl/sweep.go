@@ -29,6 +29,7 @@ var sweepable = map[string]func(f *trainFlags, v string) error{
 	"group":      intFlag(func(f *trainFlags) *int { return &f.group }),
 	"tasks":      intFlag(func(f *trainFlags) *int { return &f.tasks }),
 	"curriculum": intFlag(func(f *trainFlags) *int { return &f.curriculum }),
+	"screen":     intFlag(func(f *trainFlags) *int { return &f.screen }),
 	"gamma":      floatFlag(func(f *trainFlags) *float64 { return &f.gamma }),
 	"rubric": func(f *trainFlags, v string) error {
 		f.rubric = v

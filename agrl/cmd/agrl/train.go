@@ -38,6 +38,7 @@ type trainFlags struct {
 	seed                              uint64
 	dynamic, quiet                    bool
 	checkpointEvery, curriculum       int
+	screen                            int
 	plateau                           int
 	newSettings                       bool
 	watchdog                          time.Duration
@@ -145,6 +146,7 @@ func (f *trainFlags) register(fs interface {
 	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
 	fs.IntVar(&f.curriculum, "curriculum", r.Curriculum, "adapt the task mix to the difficulties whose groups carried signal over the last N steps (0: the fixed mix)")
+	fs.IntVar(&f.screen, "screen", r.Screen, "task screening: draw N candidates per task and keep those whose groups are most likely to disagree, judged by the policy's likelihood of the expert's episode (0: off)")
 	fs.IntVar(&f.plateau, "stop-on-plateau", r.StopOnPlateau, "end GRPO early once dev success has not improved for N evaluations (0: run every step)")
 	fs.StringVar(&f.rubric, "rubric", "preset", "the environment's rubric: preset, or another it names (filesearch: naive; multihop: process, with a per-turn reward)")
 	fs.Float64Var(&f.gamma, "gamma", r.Gamma, "discount γ of the returns advantages come from (0 < γ <= 1)")
@@ -232,6 +234,15 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		Curriculum(f.curriculum).Seed(f.seed).Out(f.out).ResumeWithNewSettings(f.newSettings)
 	if f.clipHigh > 0 {
 		g = g.ClipHigh(f.clipHigh)
+	}
+	if f.screen > 0 {
+		agent := r.ScreenAgent
+		if agent == nil {
+			agent = entry.Expert()
+		}
+		g = g.Screen(f.screen, agent)
+	} else {
+		g = g.Screen(0, nil)
 	}
 	switch {
 	case f.from != "":

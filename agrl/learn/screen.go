@@ -1,0 +1,118 @@
+package learn
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+
+	"agrl.dev/agrl"
+)
+
+// This file holds task screening (agrl.GRPO.Screen): before a step's rollouts, the policy
+// scores the expert's episode of every candidate task, and the step keeps the tasks whose
+// groups are most likely to carry signal.
+
+// screenStats is what the first round's screening predicted, for the step's metrics.
+type screenStats struct {
+	on                   bool
+	signal, pool, chosen float64
+}
+
+// drawTasks returns the next need tasks of the stream: as drawn without screening; with it,
+// the need most informative of need × Screen candidates, in stream order.
+func (t *GRPOTrainer) drawTasks(stream *agrl.TaskStream, need int, sst *screenStats) ([]agrl.Task, error) {
+	pool := 1
+	if t.cfg.Screen > 1 {
+		pool = t.cfg.Screen
+	}
+	cands := make([]agrl.Task, 0, need*pool)
+	for range need * pool {
+		task, err := stream.Next()
+		if err != nil {
+			return nil, err
+		}
+		cands = append(cands, task)
+	}
+	if pool == 1 {
+		return cands, nil
+	}
+	q, err := t.expertSuccess(cands)
+	if err != nil {
+		return nil, fmt.Errorf("screening: %w", err)
+	}
+	sig := make([]float64, len(q))
+	for i, v := range q {
+		sig[i] = GroupSignal(v, t.cfg.Group)
+	}
+	order := make([]int, len(cands))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(sig[b], sig[a]) })
+	keep := order[:need]
+	slices.Sort(keep)
+	out := make([]agrl.Task, need)
+	var chosenSig, chosenQ, poolSig float64
+	for k, i := range keep {
+		out[k] = cands[i]
+		chosenSig += sig[i]
+		chosenQ += q[i]
+	}
+	for _, v := range sig {
+		poolSig += v
+	}
+	if !sst.on { // the first round's prediction is the one logged
+		*sst = screenStats{on: true, signal: chosenSig / float64(need), pool: poolSig / float64(len(sig)), chosen: chosenQ / float64(need)}
+	}
+	return out, nil
+}
+
+// GroupSignal is the probability that a group of g independent episodes, each a success with
+// probability q, does not agree: 1 − q^g − (1 − q)^g.
+func GroupSignal(q float64, g int) float64 {
+	return max(0, 1-math.Pow(q, float64(g))-math.Pow(1-q, float64(g)))
+}
+
+// expertSuccess plays the screening agent on every task and returns, per task, the probability
+// that the policy at the training temperature writes that agent's actions token for token
+// (0 when the agent's episode does not fit the token budget or does not succeed).
+func (t *GRPOTrainer) expertSuccess(tasks []agrl.Task) ([]float64, error) {
+	tok := t.policy.Tokenizer()
+	lim := agrl.Limits{MaxTurns: t.cfg.MaxTurns}
+	q := make([]float64, len(tasks))
+	var seqs [][]int32
+	var masks [][]uint8
+	var at []int
+	for i, task := range tasks {
+		ep, err := agrl.Play(t.env, task, t.cfg.ScreenAgent, lim)
+		if err != nil {
+			return nil, fmt.Errorf("the screening agent on task %s: %w", task.ID, err)
+		}
+		if !ep.Correct {
+			continue // an agent that fails says nothing about how the policy would succeed
+		}
+		s, m := agrl.EncodeEpisode(tok, ep)
+		if len(s) > t.resolved.MaxTokens || len(s) < 2 {
+			continue
+		}
+		seqs, masks, at = append(seqs, s), append(masks, m), append(at, i)
+	}
+	if len(seqs) == 0 {
+		return q, nil
+	}
+	scores, err := t.policy.Score(seqs, t.cfg.Temperature)
+	if err != nil {
+		return nil, err
+	}
+	for k, sc := range scores {
+		lp := 0.0
+		for j := 1; j < len(seqs[k]); j++ {
+			if masks[k][j] == 1 {
+				lp += float64(sc.LogProbs[j-1])
+			}
+		}
+		q[at[k]] = math.Exp(lp)
+	}
+	return q, nil
+}
