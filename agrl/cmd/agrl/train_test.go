@@ -269,3 +269,35 @@ func TestTrainRubricAndCredit(t *testing.T) {
 		t.Errorf("bad rubric and γ: exit %d: %s", code, stderr)
 	}
 }
+
+// -screen reaches the configuration (recorded in config.json) and the run logs what screening
+// predicted; -screen 0 turns the recipe's screening off; -screen 1 is a usage error.
+func TestTrainScreen(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "screened")
+	code, _, stderr := runCLI(append([]string{"train", "--env", "calc", "--screen", "3", "--out", out}, quick...)...)
+	if code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	r, err := agrl.OpenRun(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Config.Screen != 3 || len(r.Metrics) == 0 {
+		t.Fatalf("config screen %d, %d steps logged", r.Config.Screen, len(r.Metrics))
+	}
+	for _, m := range r.Metrics {
+		if _, ok := m[agrl.MetricScreenSignal]; !ok {
+			t.Errorf("step %v logs no %s", m.Step(), agrl.MetricScreenSignal)
+		}
+	}
+	off := filepath.Join(t.TempDir(), "off")
+	if code, _, stderr := runCLI(append([]string{"train", "--env", "calc", "--screen", "0", "--out", off}, quick...)...); code != 0 {
+		t.Fatalf("train -screen 0: exit %d: %s", code, stderr)
+	}
+	if r, err := agrl.OpenRun(off); err != nil || r.Config.Screen != 0 {
+		t.Errorf("-screen 0: %v, %+v", err, r)
+	}
+	if code, _, stderr := runCLI(append([]string{"train", "--env", "calc", "--screen", "1", "--out", filepath.Join(t.TempDir(), "x")}, quick...)...); code != 2 || !strings.Contains(stderr, "screening pool 1") {
+		t.Errorf("-screen 1: exit %d: %s", code, stderr)
+	}
+}
