@@ -57,7 +57,7 @@ type GRPOSpec struct {
 	DynamicSampling              bool
 	Curriculum                   int
 	Screen                       int
-	ScreenAgent                  Agent
+	ScreenAgents                 []Agent
 	Gamma                        float64
 	StopOnPlateau                int
 	TurnAdvantages               bool
@@ -278,19 +278,21 @@ func (g GRPO) DynamicSampling(on bool) GRPO { g.s.DynamicSampling = on; return g
 func (g GRPO) Curriculum(window int) GRPO { g.s.Curriculum = window; return g }
 
 // Screen turns on task screening (0: off, the default): each step draws pool candidates for
-// every task it needs from the training stream, plays agent (the environment's expert) on each
-// and scores that episode's actions with the current policy at the training temperature. The
-// product of the action tokens' probabilities, q, estimates how often the policy would act as
-// the expert does, hence its success; the step keeps the candidates whose groups of G are most
-// likely to disagree (largest 1 − q^G − (1 − q)^G) and rolls out only those. Solved tasks
-// (q near 1) and hopeless ones (q near 0) carry no signal in a group, so this is a curriculum
-// that follows the policy task by task, at the cost of one forward pass over pool × tasks short
-// expert episodes (no sampling). The estimate is a lower bound where other action sequences
-// also succeed. The predicted share of groups with signal is logged (MetricScreenSignal);
-// frac_reward_zero_std stays the measured one. It is deterministic in the weights, so a
-// resumed run screens exactly as an uninterrupted one.
-func (g GRPO) Screen(pool int, agent Agent) GRPO {
-	g.s.Screen, g.s.ScreenAgent = pool, agent
+// every task it needs from the training stream and estimates, for each, how often the current
+// policy would succeed: it plays the agents (the environment's expert, and any other agent
+// whose successes the policy may have learned, such as a guesser) on the task, and sums the
+// probabilities, at the training temperature, that the policy writes each distinct successful
+// episode's actions token for token. The step keeps the candidates whose groups of G are most
+// likely to disagree (largest 1 − q^G − (1 − q)^G) and rolls out only those. Solved tasks (q
+// near 1) and hopeless ones (q near 0) carry no signal in a group, so this is a curriculum that
+// follows the policy task by task, at the cost of one forward pass over pool × tasks short
+// scripted episodes (no sampling). q is a lower bound where other action sequences also
+// succeed: give every agent whose way of succeeding the policy imitates. The predicted share
+// of groups with signal is logged (MetricScreenSignal); frac_reward_zero_std stays the
+// measured one. It is deterministic in the weights, so a resumed run screens exactly as an
+// uninterrupted one.
+func (g GRPO) Screen(pool int, agents ...Agent) GRPO {
+	g.s.Screen, g.s.ScreenAgents = pool, append([]Agent(nil), agents...)
 	return g
 }
 
@@ -461,8 +463,8 @@ func (g GRPO) Validate() error {
 	if g.s.Screen < 0 || g.s.Screen == 1 {
 		add("screening pool %d; want 0 (off) or >= 2 candidates per task", g.s.Screen)
 	}
-	if g.s.Screen > 1 && g.s.ScreenAgent == nil {
-		add("screening needs an agent (the environment's expert) to score")
+	if g.s.Screen > 1 && (len(g.s.ScreenAgents) == 0 || slices.Contains(g.s.ScreenAgents, nil)) {
+		add("screening needs agents (the environment's expert) to score, and no nil one")
 	}
 	if g.s.MaxTurns < 0 || g.s.MaxTokens < 0 || g.s.MaxActionTokens < 0 {
 		add("negative turn or token limits (%d, %d, %d)", g.s.MaxTurns, g.s.MaxTokens, g.s.MaxActionTokens)

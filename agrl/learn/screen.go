@@ -74,9 +74,11 @@ func GroupSignal(q float64, g int) float64 {
 	return max(0, 1-math.Pow(q, float64(g))-math.Pow(1-q, float64(g)))
 }
 
-// expertSuccess plays the screening agent on every task and returns, per task, the probability
-// that the policy at the training temperature writes that agent's actions token for token
-// (0 when the agent's episode does not fit the token budget or does not succeed).
+// expertSuccess plays the screening agents on every task and returns, per task, the
+// probability that the policy at the training temperature writes one of their successful
+// episodes action token for action token: the sum over the distinct successful episodes
+// (disjoint events), a lower bound of the policy's success. An episode that does not fit the
+// token budget, or fails, counts nothing.
 func (t *GRPOTrainer) expertSuccess(tasks []agrl.Task) ([]float64, error) {
 	tok := t.policy.Tokenizer()
 	lim := agrl.Limits{MaxTurns: t.cfg.MaxTurns}
@@ -85,18 +87,22 @@ func (t *GRPOTrainer) expertSuccess(tasks []agrl.Task) ([]float64, error) {
 	var masks [][]uint8
 	var at []int
 	for i, task := range tasks {
-		ep, err := agrl.Play(t.env, task, t.cfg.ScreenAgent, lim)
-		if err != nil {
-			return nil, fmt.Errorf("the screening agent on task %s: %w", task.ID, err)
+		var mine [][]int32
+		for _, agent := range t.cfg.ScreenAgents {
+			ep, err := agrl.Play(t.env, task, agent, lim)
+			if err != nil {
+				return nil, fmt.Errorf("a screening agent on task %s: %w", task.ID, err)
+			}
+			if !ep.Correct {
+				continue // a failed episode says nothing about how the policy would succeed
+			}
+			s, m := agrl.EncodeEpisode(tok, ep)
+			if len(s) > t.resolved.MaxTokens || len(s) < 2 || slices.ContainsFunc(mine, func(o []int32) bool { return slices.Equal(o, s) }) {
+				continue
+			}
+			mine = append(mine, s)
+			seqs, masks, at = append(seqs, s), append(masks, m), append(at, i)
 		}
-		if !ep.Correct {
-			continue // an agent that fails says nothing about how the policy would succeed
-		}
-		s, m := agrl.EncodeEpisode(tok, ep)
-		if len(s) > t.resolved.MaxTokens || len(s) < 2 {
-			continue
-		}
-		seqs, masks, at = append(seqs, s), append(masks, m), append(at, i)
 	}
 	if len(seqs) == 0 {
 		return q, nil
@@ -112,7 +118,7 @@ func (t *GRPOTrainer) expertSuccess(tasks []agrl.Task) ([]float64, error) {
 				lp += float64(sc.LogProbs[j-1])
 			}
 		}
-		q[at[k]] = math.Exp(lp)
+		q[at[k]] = min(1, q[at[k]]+math.Exp(lp))
 	}
 	return q, nil
 }

@@ -37,7 +37,7 @@ func TestGroupSignal(t *testing.T) {
 // logged; a resumed run screens exactly as an uninterrupted one.
 func TestGRPOScreen(t *testing.T) {
 	cfg := func(dir string) agrl.GRPO {
-		return warm(tinyGRPO(t)).Screen(4, addExpert).Steps(4).Out(dir)
+		return warm(tinyGRPO(t)).Screen(4, addExpert, addGuesser, addExpert).Steps(4).Out(dir)
 	}
 	tr, err := Build(cfg(filepath.Join(t.TempDir(), "draw")))
 	if err != nil {
@@ -66,23 +66,40 @@ func TestGRPOScreen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// q: the sum over the distinct successful episodes of the agents (the expert listed twice
+	// counts once; the guesser's episode counts only where its guess is right).
 	q := make([]float64, len(cands))
+	guessed := 0
 	for i, task := range cands {
-		ep, err := agrl.Play(addEnv{}, task, addExpert, agrl.Limits{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		toks, mask := agrl.EncodeEpisode(tr.policy.Tokenizer(), ep)
-		sc, err := tr.policy.Score([][]int32{toks}, tr.cfg.Temperature)
-		if err != nil {
-			t.Fatal(err)
-		}
-		q[i] = 1
-		for j := 1; j < len(toks); j++ {
-			if mask[j] == 1 {
-				q[i] *= math.Exp(float64(sc[0].LogProbs[j-1]))
+		var seen [][]int32
+		for _, agent := range []agrl.Agent{addExpert, addGuesser, addExpert} {
+			ep, err := agrl.Play(addEnv{}, task, agent, agrl.Limits{})
+			if err != nil {
+				t.Fatal(err)
 			}
+			toks, mask := agrl.EncodeEpisode(tr.policy.Tokenizer(), ep)
+			if !ep.Correct || slices.ContainsFunc(seen, func(o []int32) bool { return slices.Equal(o, toks) }) {
+				continue
+			}
+			seen = append(seen, toks)
+			sc, err := tr.policy.Score([][]int32{toks}, tr.cfg.Temperature)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := 1.0
+			for j := 1; j < len(toks); j++ {
+				if mask[j] == 1 {
+					p *= math.Exp(float64(sc[0].LogProbs[j-1]))
+				}
+			}
+			q[i] += p
 		}
+		if len(seen) == 2 {
+			guessed++
+		}
+	}
+	if guessed == 0 {
+		t.Fatal("no candidate where the guesser is right: the sum over agents is not exercised")
 	}
 	order := []int{}
 	for i := range cands {
@@ -138,12 +155,12 @@ func TestGRPOScreen(t *testing.T) {
 }
 
 func TestGRPOScreenValidate(t *testing.T) {
-	for _, g := range []agrl.GRPO{tinyGRPO(t).Screen(1, addExpert), tinyGRPO(t).Screen(-2, addExpert), tinyGRPO(t).Screen(4, nil)} {
+	for _, g := range []agrl.GRPO{tinyGRPO(t).Screen(1, addExpert), tinyGRPO(t).Screen(-2, addExpert), tinyGRPO(t).Screen(4), tinyGRPO(t).Screen(4, addExpert, nil)} {
 		if err := g.Validate(); err == nil || !strings.Contains(err.Error(), "screening") {
 			t.Errorf("%d candidates: %v", g.Spec().Screen, err)
 		}
 	}
-	if err := tinyGRPO(t).Screen(0, nil).Validate(); err != nil {
+	if err := tinyGRPO(t).Screen(0).Validate(); err != nil {
 		t.Errorf("screening off: %v", err)
 	}
 }

@@ -236,13 +236,16 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		g = g.ClipHigh(f.clipHigh)
 	}
 	if f.screen > 0 {
-		agent := r.ScreenAgent
-		if agent == nil {
-			agent = entry.Expert()
+		agents := r.ScreenAgents
+		if len(agents) == 0 { // the expert, and the guesser whose successes the warm start imitates
+			agents = []agrl.Agent{entry.Expert()}
+			if entry.Guesser != nil {
+				agents = append(agents, entry.Guesser(f.seed))
+			}
 		}
-		g = g.Screen(f.screen, agent)
+		g = g.Screen(f.screen, agents...)
 	} else {
-		g = g.Screen(0, nil)
+		g = g.Screen(0)
 	}
 	switch {
 	case f.from != "":
