@@ -45,6 +45,9 @@ const (
 	MetricScreenSignal     = "screen/predicted_signal"
 	MetricScreenPoolSignal = "screen/pool_signal"
 	MetricScreenQ          = "screen/q"
+	// MetricScreenCandidates is the number of candidates screening drew per task (it draws
+	// learn.ScreenChunk at a time until the chosen tasks' predicted signal reaches one half).
+	MetricScreenCandidates = "screen/candidates"
 	// MetricEpisodes is the number of episodes trained on.
 	MetricEpisodes = "episodes"
 

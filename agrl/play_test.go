@@ -129,3 +129,11 @@ func TestTruncateObservation(t *testing.T) {
 		t.Error("short strings stay")
 	}
 }
+
+func TestGoldAnswer(t *testing.T) {
+	task := Task{ID: "t", Env: "x", Prompt: "What is 2+2?", Answer: "4", Difficulty: Easy}
+	got, err := GoldAnswer().Act(&Episode{Task: task, Prompt: task.Prompt})
+	if err != nil || got != "<answer>4</answer>" {
+		t.Errorf("GoldAnswer: %q, %v", got, err)
+	}
+}

@@ -52,3 +52,11 @@ func RandomAgent(seed uint64, env Env) Agent {
 func isWordSep(r rune) bool {
 	return strings.ContainsRune(" \n\t,?:=.;\"'", r)
 }
+
+// GoldAnswer returns an agent that answers each task's gold answer at once, without a tool
+// call: a guess that is always right. It is no baseline (it reads the answer); GRPO's task
+// screening uses it (GRPO.Screen), where the probability that the policy writes its episode is
+// the probability that the policy guesses the task right.
+func GoldAnswer() Agent {
+	return AgentFunc(func(ep *Episode) (string, error) { return AnswerText(ep.Task.Answer), nil })
+}

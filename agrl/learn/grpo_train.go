@@ -744,8 +744,8 @@ func (t *GRPOTrainer) checkpoint() error {
 //     difficulty D the weight the tasks were drawn with, "curriculum/weight_D", and the groups
 //     sampled and those with signal, "curriculum/groups_D" and "curriculum/signal_D"; with
 //     screening, the predicted share of groups with signal of the chosen tasks and of all
-//     candidates, "screen/predicted_signal" and "screen/pool_signal", and the chosen tasks'
-//     estimated success "screen/q".
+//     candidates, "screen/predicted_signal" and "screen/pool_signal", the chosen tasks'
+//     estimated success "screen/q" and the candidates drawn per task "screen/candidates".
 //   - Loss diagnostics, from the first minibatch of the first epoch (the weights that sampled;
 //     means over its policy tokens): "kl" (to the reference; 0 with KL(0)), "entropy",
 //     "clip/low", "clip/high" (shares of tokens clipped), "ratio/mean", "ratio/dev" (mean
@@ -1153,6 +1153,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricEpisodes] = n
 	if st.screen.on {
 		m[agrl.MetricScreenSignal], m[agrl.MetricScreenPoolSignal], m[agrl.MetricScreenQ] = st.screen.signal, st.screen.pool, st.screen.chosen
+		m[agrl.MetricScreenCandidates] = st.screen.candidates
 	}
 	for d, w := range st.weights {
 		m[agrl.MetricCurriculumWeight(d)] = w

@@ -15,55 +15,82 @@ import (
 
 // screenStats is what the first round's screening predicted, for the step's metrics.
 type screenStats struct {
-	on                   bool
-	signal, pool, chosen float64
+	on                               bool
+	signal, pool, chosen, candidates float64
 }
 
+// ScreenChunk is how many candidates per task screening draws at a time, and ScreenEnough the
+// predicted share of groups with signal at which it stops drawing: a step starts with
+// ScreenChunk candidates per task and draws ScreenChunk more, up to GRPO.Screen, while the
+// best tasks so far would leave more than half of the groups without signal. Early in
+// training (many informative tasks) that costs little; once the policy solves nearly every
+// task, the full pool is drawn.
+const (
+	ScreenChunk  = 8
+	ScreenEnough = 0.5
+)
+
 // drawTasks returns the next need tasks of the stream: as drawn without screening; with it,
-// the need most informative of need × Screen candidates, in stream order.
+// the need most informative of the candidates drawn (see ScreenChunk), in stream order.
 func (t *GRPOTrainer) drawTasks(stream *agrl.TaskStream, need int, sst *screenStats) ([]agrl.Task, error) {
-	pool := 1
-	if t.cfg.Screen > 1 {
-		pool = t.cfg.Screen
+	next := func(n int) ([]agrl.Task, error) {
+		out := make([]agrl.Task, n)
+		for i := range out {
+			task, err := stream.Next()
+			if err != nil {
+				return nil, err
+			}
+			out[i] = task
+		}
+		return out, nil
 	}
-	cands := make([]agrl.Task, 0, need*pool)
-	for range need * pool {
-		task, err := stream.Next()
+	if t.cfg.Screen < 2 {
+		return next(need)
+	}
+	var cands []agrl.Task
+	var q, sig []float64
+	var keep []int
+	chosenSig := 0.0
+	for drawn := 0; drawn < t.cfg.Screen; {
+		chunk := min(ScreenChunk, t.cfg.Screen-drawn)
+		more, err := next(need * chunk)
 		if err != nil {
 			return nil, err
 		}
-		cands = append(cands, task)
+		mq, err := t.expertSuccess(more)
+		if err != nil {
+			return nil, fmt.Errorf("screening: %w", err)
+		}
+		cands, q = append(cands, more...), append(q, mq...)
+		for _, v := range mq {
+			sig = append(sig, GroupSignal(v, t.cfg.Group))
+		}
+		drawn += chunk
+		order := make([]int, len(cands))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(sig[b], sig[a]) })
+		keep, chosenSig = order[:need], 0
+		for _, i := range keep {
+			chosenSig += sig[i] / float64(need)
+		}
+		if chosenSig >= ScreenEnough {
+			break
+		}
 	}
-	if pool == 1 {
-		return cands, nil
-	}
-	q, err := t.expertSuccess(cands)
-	if err != nil {
-		return nil, fmt.Errorf("screening: %w", err)
-	}
-	sig := make([]float64, len(q))
-	for i, v := range q {
-		sig[i] = GroupSignal(v, t.cfg.Group)
-	}
-	order := make([]int, len(cands))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(sig[b], sig[a]) })
-	keep := order[:need]
 	slices.Sort(keep)
 	out := make([]agrl.Task, need)
-	var chosenSig, chosenQ, poolSig float64
+	var chosenQ, poolSig float64
 	for k, i := range keep {
 		out[k] = cands[i]
-		chosenSig += sig[i]
-		chosenQ += q[i]
+		chosenQ += q[i] / float64(need)
 	}
 	for _, v := range sig {
-		poolSig += v
+		poolSig += v / float64(len(sig))
 	}
 	if !sst.on { // the first round's prediction is the one logged
-		*sst = screenStats{on: true, signal: chosenSig / float64(need), pool: poolSig / float64(len(sig)), chosen: chosenQ / float64(need)}
+		*sst = screenStats{on: true, signal: chosenSig, pool: poolSig, chosen: chosenQ, candidates: float64(len(cands)) / float64(need)}
 	}
 	return out, nil
 }

@@ -125,6 +125,48 @@ func TestGRPOScreen(t *testing.T) {
 		t.Fatalf("every candidate's estimate is %v: the choice is not tested", q[0])
 	}
 
+	if sst.candidates != 4 {
+		t.Errorf("pool 4 drew %v candidates per task", sst.candidates)
+	}
+
+	// A pool larger than ScreenChunk draws a chunk at a time while the best predict less than
+	// ScreenEnough; the choice is over everything drawn.
+	wide, err := Build(warm(tinyGRPO(t)).Screen(2*ScreenChunk, addExpert, addGuesser).Out(filepath.Join(t.TempDir(), "wide")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wide.policy = tr.policy
+	var wst screenStats
+	if _, err := wide.drawTasks(stream(), 3, &wst); err != nil {
+		t.Fatal(err)
+	}
+	all := make([]agrl.Task, 3*2*ScreenChunk)
+	s = stream()
+	for i := range all {
+		if all[i], err = s.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	qa, err := wide.expertSuccess(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	top3 := func(q []float64) float64 {
+		sig := []float64{}
+		for _, v := range q {
+			sig = append(sig, GroupSignal(v, 8))
+		}
+		slices.Sort(sig)
+		return (sig[len(sig)-1] + sig[len(sig)-2] + sig[len(sig)-3]) / 3
+	}
+	wantN, wantSig := float64(2*ScreenChunk), top3(qa)
+	if first := top3(qa[:3*ScreenChunk]); first >= ScreenEnough {
+		wantN, wantSig = ScreenChunk, first
+	}
+	if wst.candidates != wantN || math.Abs(wst.signal-wantSig) > 1e-12 {
+		t.Errorf("pool %d: drew %v per task (want %v), predicted signal %v (want %v)", 2*ScreenChunk, wst.candidates, wantN, wst.signal, wantSig)
+	}
+
 	want := train(t, cfg(filepath.Join(t.TempDir(), "full")))
 	for _, m := range want.History {
 		if m[agrl.MetricScreenSignal] < m[agrl.MetricScreenPoolSignal] || m[agrl.MetricScreenQ] < 0 || m[agrl.MetricScreenQ] > 1 {
