@@ -98,3 +98,12 @@ jupyter: notebook-deps
 
 clean:
 	rm -rf $(BIN)
+
+## tokenizer-check: regenerate agrl/bpe's golden data with the Hugging Face JS tokenizers (npm ci
+## in scripts/tokenizer_check, then gen_nfc.mjs and check.mjs), then go test ./agrl/bpe/
+.PHONY: tokenizer-check
+tokenizer-check:
+	cd scripts/tokenizer_check && npm ci --no-audit --no-fund
+	node scripts/tokenizer_check/gen_nfc.mjs
+	node scripts/tokenizer_check/check.mjs
+	$(GO) test -count=1 ./agrl/bpe/
