@@ -1,0 +1,202 @@
+package llm
+
+import (
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"agrl.dev/agrl/hf"
+)
+
+func argmax(row []float32) int32 {
+	best := 0
+	for i, v := range row {
+		if v > row[best] {
+			best = i
+		}
+	}
+	return int32(best)
+}
+
+func maxDiff32(a, b []float32) float64 {
+	worst := 0.0
+	for i := range a {
+		if d := math.Abs(float64(a[i] - b[i])); !(d <= worst) {
+			worst = d
+		}
+	}
+	return worst
+}
+
+// Greedy decoding through the cache writes the same tokens as argmax decoding by full
+// recomputation, and every position's logits agree to 1e-5, for every family.
+func TestCacheMatchesRecompute(t *testing.T) {
+	const tol, steps = 1e-5, 12
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			m, err := Load(filepath.Join("testdata", v.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := []int32{1, 17, 42, 5, int32(m.Config().VocabSize - 1)}
+
+			// With the cache: the prompt in one Step, then one token per Next.
+			c := m.NewCache()
+			rows, err := m.Step(c, prompt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cached := append([][]float32(nil), rows...)
+			tok := argmax(rows[len(rows)-1])
+			cachedIDs := []int32{tok}
+			for range steps - 1 {
+				row, err := m.Next(c, []int32{tok})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cached = append(cached, row)
+				tok = argmax(row)
+				cachedIDs = append(cachedIDs, tok)
+			}
+			if c.Len() != len(prompt)+steps-1 {
+				t.Errorf("cache holds %d positions, want %d", c.Len(), len(prompt)+steps-1)
+			}
+
+			// Without: the whole sequence again for every new token.
+			seq := append([]int32(nil), prompt...)
+			var fullIDs []int32
+			var full [][]float32
+			for range steps {
+				rows, err := m.Logits(seq)
+				if err != nil {
+					t.Fatal(err)
+				}
+				full = rows
+				tok := argmax(rows[len(rows)-1])
+				fullIDs = append(fullIDs, tok)
+				seq = append(seq, tok)
+			}
+			if !equalIDs(cachedIDs, fullIDs) {
+				t.Fatalf("greedy tokens with the cache %v, by recomputation %v", cachedIDs, fullIDs)
+			}
+			worst := 0.0
+			for i := range cached {
+				worst = max(worst, maxDiff32(cached[i], full[i]))
+			}
+			t.Logf("tokens %v; max |Δlogit| cache vs recompute %.2g", cachedIDs, worst)
+			if !(worst <= tol) {
+				t.Errorf("cached logits differ from recomputed ones by %g > %g", worst, tol)
+			}
+			if distinct(cachedIDs) < 2 {
+				t.Logf("note: greedy decoding repeats one token")
+			}
+		})
+	}
+}
+
+func equalIDs(a, b []int32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func distinct(ids []int32) int {
+	seen := map[int32]bool{}
+	for _, id := range ids {
+		seen[id] = true
+	}
+	return len(seen)
+}
+
+// A cloned cache continues independently of the original, each as if the prefix were rerun.
+func TestCacheClone(t *testing.T) {
+	m, err := Load(filepath.Join("testdata", "qwen3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prefix := []int32{3, 1, 4, 1, 5}
+	c := m.NewCache()
+	if _, err := m.Step(c, prefix); err != nil {
+		t.Fatal(err)
+	}
+	d := c.Clone()
+	a, err := m.Next(c, []int32{9, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Next(d, []int32{6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantA, _ := m.Logits(append(append([]int32(nil), prefix...), 9, 2))
+	wantB, _ := m.Logits(append(append([]int32(nil), prefix...), 6))
+	if da, db := maxDiff32(a, wantA[len(wantA)-1]), maxDiff32(b, wantB[len(wantB)-1]); da > 1e-5 || db > 1e-5 {
+		t.Errorf("clone: |Δ| %g and %g from recomputation", da, db)
+	}
+	if c.Len() != 7 || d.Len() != 6 {
+		t.Errorf("lengths %d and %d, want 7 and 6", c.Len(), d.Len())
+	}
+}
+
+// Bad input is an error that names the problem, and leaves the cache as it was.
+func TestStepErrors(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Tiny(hf.Llama)
+	cfg.MaxPositionEmbeddings = 8
+	if err := WriteRandom(dir, cfg, 7, 1); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.NewCache()
+	if _, err := m.Step(c, []int32{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		c    *Cache
+		ids  []int32
+		want string
+	}{
+		{"empty", c, nil, "no tokens"},
+		{"negative", c, []int32{4, -1}, "token -1 (position 4) is outside the vocabulary [0, 256)"},
+		{"past vocab", c, []int32{256}, "token 256 (position 3)"},
+		{"too long", c, []int32{1, 2, 3, 4, 5, 6}, "6 tokens after 3 in the cache exceed max_position_embeddings 8"},
+		{"nil cache", nil, []int32{1}, "nil cache"},
+		{"other model", other.NewCache(), []int32{1}, "another model"},
+		{"zero cache", &Cache{}, []int32{1}, "not made by NewCache"},
+	} {
+		_, err := m.Step(tc.c, tc.ids)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+		if _, err2 := m.Next(tc.c, tc.ids); err2 == nil || err2.Error() != err.Error() {
+			t.Errorf("%s: Next's error %v differs from Step's", tc.name, err2)
+		}
+	}
+	if c.Len() != 3 {
+		t.Errorf("after the errors the cache holds %d positions, want 3", c.Len())
+	}
+	for _, ids := range [][]int32{nil, make([]int32, 9), {300}} {
+		if _, err := m.Logits(ids); err == nil {
+			t.Errorf("Logits(%v): no error", ids)
+		}
+	}
+	// Exactly max_position_embeddings is fine.
+	if _, err := m.Step(c, []int32{1, 2, 3, 4, 5}); err != nil {
+		t.Errorf("filling the context: %v", err)
+	}
+}

@@ -1,0 +1,51 @@
+// Package llm runs pretrained open decoders — Llama 3.x, SmolLM2, Qwen2/2.5 and Qwen3 — from
+// their Hugging Face checkpoints, in pure Go (the standard library and agrl/hf). It is the
+// reference forward pass for agrl's learner: simple, float32, checked against an independent
+// PyTorch implementation, not fast.
+//
+// # The model
+//
+// Load reads config.json and the safetensors weights of a model directory (one file or
+// sharded), checks the tensors against what the config implies, and converts them to float32.
+// The three families share one decoder:
+//
+//	x = embed_tokens[ids]                                  // [T, hidden]
+//	for each layer:
+//	    h = rms_norm(x)                                    // x·rsqrt(mean(x²)+eps)·w
+//	    q, k, v = q_proj(h), k_proj(h), v_proj(h)          // [T, heads·d], [T, kv·d] ×2
+//	    q, k = q_norm(q), k_norm(k)                        // Qwen3 only: per head, over d
+//	    q, k = rope(q), rope(k)                            // rotate-half layout
+//	    x += o_proj(softmax(q·kᵀ/√d + causal mask)·v)      // kv head j serves query heads j·g … j·g+g−1
+//	    h = rms_norm(x)
+//	    x += down_proj(silu(gate_proj(h)) · up_proj(h))    // SwiGLU
+//	logits = lm_head(rms_norm(x))                          // lm_head = embed_tokens when tied
+//
+// with g = num_attention_heads/num_key_value_heads (grouped-query attention). The families
+// differ only in tensors: Qwen2 has q, k and v biases; Qwen3 has q_norm and k_norm and a
+// head_dim of its own (its heads may be wider than the hidden size); Llama may have
+// attention_bias (q, k, v, o) and mlp_bias, which Llama 3 and SmolLM2 checkpoints leave off.
+// RoPE uses rope_theta and, for Llama 3.1 and later, the "llama3" frequency scaling
+// (hf.Config.InvFreq). Dimension i of a head turns with dimension i + d/2, as in every
+// Hugging Face checkpoint (not the interleaved pairs of Meta's original code).
+//
+// Everything is computed in float32, as transformers does for a float32 model: a bfloat16
+// checkpoint is converted exactly, then run in float32, so the logits are close to, but not
+// the same as, the model's in bfloat16 arithmetic.
+//
+// # Running it
+//
+// Logits runs a whole sequence and gives the logits at every position. For generation, a
+// Cache keeps each layer's keys and values: Step appends tokens and returns their logits,
+// Next returns only the last position's (skipping the LM head elsewhere), and Clone forks a
+// prefix for several continuations. A token costs one pass over the weights plus attention
+// over the tokens before it; Step of a prompt then one token at a time gives the same logits
+// as Logits of the whole sequence. Sequences are limited to max_position_embeddings.
+//
+// # Test models
+//
+// WriteRandom writes a model of any supported configuration with seeded random weights,
+// laid out as transformers saves one (config.json, model.safetensors or index and shards), and
+// Tiny gives small configurations of each family. The checkpoints in testdata were made that
+// way; scripts/llm_reference.py computed their expected logits with PyTorch, and the tests
+// compare against those without Python (see testdata/README.md).
+package llm

@@ -1,0 +1,279 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// A Cache holds one sequence's keys and values, layer by layer, so that each new token
+// attends to the earlier ones without recomputing them. Make it with Model.NewCache and feed
+// it with Model.Step or Model.Next. A Cache belongs to one model and one sequence, and is not
+// safe for concurrent use.
+type Cache struct {
+	m *Model
+	n int // positions held
+	// k and v hold, per layer, n rows of num_key_value_heads·head_dim values: keys after RoPE
+	// (and Qwen3's k_norm), values as projected.
+	k, v [][]float32
+}
+
+// NewCache returns an empty cache for m.
+func (m *Model) NewCache() *Cache {
+	return &Cache{m: m, k: make([][]float32, len(m.layers)), v: make([][]float32, len(m.layers))}
+}
+
+// Len is the number of positions the cache holds: the tokens fed to it so far.
+func (c *Cache) Len() int { return c.n }
+
+// Clone returns an independent copy of c, to continue one prefix in several ways (say, G
+// samples of one prompt) without running the prefix again.
+func (c *Cache) Clone() *Cache {
+	d := &Cache{m: c.m, n: c.n, k: make([][]float32, len(c.k)), v: make([][]float32, len(c.v))}
+	for l := range c.k {
+		d.k[l] = append([]float32(nil), c.k[l]...)
+		d.v[l] = append([]float32(nil), c.v[l]...)
+	}
+	return d
+}
+
+// Logits runs the model on the whole sequence ids and returns the logits at every position:
+// row t scores the token that follows ids[:t+1] (vocab_size values, before softmax). It is
+// Step on a fresh cache.
+func (m *Model) Logits(ids []int32) ([][]float32, error) {
+	return m.Step(m.NewCache(), ids)
+}
+
+// Step appends ids to the sequence in c and returns the logits at each of their positions,
+// as Logits would return them for the whole sequence: row t scores the token after
+// ids[t]. ids must be non-empty, every id inside the vocabulary, and the sequence no longer
+// than max_position_embeddings; on an error c is unchanged.
+func (m *Model) Step(c *Cache, ids []int32) ([][]float32, error) {
+	return m.forward(c, ids, false)
+}
+
+// Next is Step returning only the logits at the last position, the scores of the token that
+// follows: it skips the LM head (vocab_size·hidden_size per position) at the other positions.
+func (m *Model) Next(c *Cache, ids []int32) ([]float32, error) {
+	rows, err := m.forward(c, ids, true)
+	if err != nil {
+		return nil, err
+	}
+	return rows[0], nil
+}
+
+// check reports why ids cannot be appended to c.
+func (m *Model) check(c *Cache, ids []int32) error {
+	switch {
+	case c == nil:
+		return errors.New("llm: nil cache")
+	case c.m == nil:
+		return errors.New("llm: the cache was not made by NewCache")
+	case c.m != m:
+		return errors.New("llm: the cache belongs to another model")
+	case len(ids) == 0:
+		return errors.New("llm: no tokens")
+	case c.n+len(ids) > m.cfg.MaxPositionEmbeddings:
+		return fmt.Errorf("llm: %d tokens after %d in the cache exceed max_position_embeddings %d",
+			len(ids), c.n, m.cfg.MaxPositionEmbeddings)
+	}
+	for i, id := range ids {
+		if id < 0 || int(id) >= m.cfg.VocabSize {
+			return fmt.Errorf("llm: token %d (position %d) is outside the vocabulary [0, %d)", id, c.n+i, m.cfg.VocabSize)
+		}
+	}
+	return nil
+}
+
+// forward runs ids (T tokens at positions c.n, c.n+1, ...) through the model, appending their
+// keys and values to c, and returns the logits of every position, or of the last one only.
+func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, error) {
+	if err := m.check(c, ids); err != nil {
+		return nil, err
+	}
+	cfg := m.cfg
+	T, H, D := len(ids), cfg.HiddenSize, cfg.HeadDim
+	nq, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	eps := cfg.RMSNormEps
+	start := c.n
+
+	// cos and sin of every new position's angles: [T, D/2].
+	cos, sin := make([]float32, T*D/2), make([]float32, T*D/2)
+	for t := range T {
+		for i, f := range m.invFreq {
+			a := float64(start+t) * f
+			cos[t*D/2+i], sin[t*D/2+i] = float32(math.Cos(a)), float32(math.Sin(a))
+		}
+	}
+
+	x := make([]float32, T*H) // the residual stream, [T, H]
+	for t, id := range ids {
+		copy(x[t*H:(t+1)*H], m.embed[int(id)*H:])
+	}
+	h := make([]float32, T*H)
+	for l := range m.layers {
+		ly := &m.layers[l]
+
+		// Attention: x += o(attend(rope(q), rope(k), v)) over h = norm(x).
+		rmsNorm(h, x, ly.inputNorm, H, eps)
+		q := linear(h, T, H, ly.wq, nq*D, ly.bq)  // [T, nq·D]
+		k := linear(h, T, H, ly.wk, nkv*D, ly.bk) // [T, nkv·D]
+		v := linear(h, T, H, ly.wv, nkv*D, ly.bv)
+		if ly.qNorm != nil { // Qwen3: each head normalised before RoPE
+			rmsNorm(q, q, ly.qNorm, D, eps)
+			rmsNorm(k, k, ly.kNorm, D, eps)
+		}
+		rope(q, T, nq, D, cos, sin)
+		rope(k, T, nkv, D, cos, sin)
+		c.k[l] = append(c.k[l], k...)
+		c.v[l] = append(c.v[l], v...)
+		att := attend(q, c.k[l], c.v[l], start, T, nq, nkv, D) // [T, nq·D]
+		addTo(x, linear(att, T, nq*D, ly.wo, H, ly.bo))
+
+		// MLP: x += down(silu(gate(h)) · up(h)) over h = norm(x).
+		rmsNorm(h, x, ly.postNorm, H, eps)
+		I := cfg.IntermediateSize
+		g := linear(h, T, H, ly.gate, I, ly.bGate)
+		u := linear(h, T, H, ly.up, I, ly.bUp)
+		for i, gi := range g {
+			g[i] = silu(gi) * u[i]
+		}
+		addTo(x, linear(g, T, I, ly.down, H, ly.bDown))
+	}
+	c.n += T
+
+	first := 0
+	if lastOnly {
+		first = T - 1
+	}
+	rmsNorm(x[first*H:], x[first*H:], m.norm, H, eps)
+	V := cfg.VocabSize
+	flat := linear(x[first*H:], T-first, H, m.head, V, nil)
+	rows := make([][]float32, T-first)
+	for t := range rows {
+		rows[t] = flat[t*V : (t+1)*V : (t+1)*V]
+	}
+	return rows, nil
+}
+
+// rmsNorm writes to dst each n-wide row of src scaled to unit root mean square and multiplied
+// by w: x · 1/sqrt(mean(x²) + eps) · w, in float32 as transformers computes it (the mean is
+// summed in float64). dst may be src.
+func rmsNorm(dst, src, w []float32, n int, eps float64) {
+	for r := 0; r < len(src)/n; r++ {
+		x, y := src[r*n:(r+1)*n], dst[r*n:(r+1)*n]
+		var ss float64
+		for _, v := range x {
+			ss += float64(v) * float64(v)
+		}
+		inv := float32(1 / math.Sqrt(ss/float64(n)+eps))
+		for i, v := range x {
+			y[i] = w[i] * (v * inv)
+		}
+	}
+}
+
+// linear returns x·wᵀ + b for rows rows of in values: w is [out, in] (a checkpoint's Linear
+// weight), b is [out] or nil. The result is [rows, out].
+func linear(x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
+	y := make([]float32, rows*out)
+	for r := range rows {
+		xr, yr := x[r*in:(r+1)*in], y[r*out:(r+1)*out]
+		for o := range out {
+			yr[o] = dot(xr, w[o*in:(o+1)*in])
+		}
+		if b != nil {
+			addTo(yr, b)
+		}
+	}
+	return y
+}
+
+// dot is Σ a[i]·b[i] in float32, over four partial sums.
+func dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i]
+		s1 += a[i+1] * b[i+1]
+		s2 += a[i+2] * b[i+2]
+		s3 += a[i+3] * b[i+3]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func addTo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// silu is x·sigmoid(x).
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(-float64(x)))) }
+
+// rope rotates each D-wide head of x ([T, heads·D]) by its position's angles, in the
+// rotate-half layout of transformers (not the interleaved one of Meta's reference code):
+// dimension i pairs with i + D/2, and with c, s the cosine and sine of angle i,
+//
+//	x[i]     ← x[i]·c − x[i+D/2]·s
+//	x[i+D/2] ← x[i+D/2]·c + x[i]·s
+//
+// cos and sin are [T, D/2].
+func rope(x []float32, T, heads, D int, cos, sin []float32) {
+	half := D / 2
+	for t := range T {
+		ct, st := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+		for hd := range heads {
+			v := x[(t*heads+hd)*D : (t*heads+hd+1)*D]
+			for i := range half {
+				a, b := v[i], v[i+half]
+				v[i] = a*ct[i] - b*st[i]
+				v[i+half] = b*ct[i] + a*st[i]
+			}
+		}
+	}
+}
+
+// attend is causal grouped-query attention: query t (at position start+t) of head h attends
+// to positions 0 … start+t of key-value head h/(nq/nkv), with weights softmax(q·k/sqrt(D)).
+// q is [T, nq·D]; keys and values are [start+T, nkv·D]. The result is [T, nq·D].
+func attend(q, keys, values []float32, start, T, nq, nkv, D int) []float32 {
+	out := make([]float32, T*nq*D)
+	scale := float32(1 / math.Sqrt(float64(D)))
+	group := nq / nkv // query heads per key-value head
+	kvw := nkv * D
+	scores := make([]float32, start+T)
+	for t := range T {
+		n := start + t + 1 // positions visible to this query
+		for hd := range nq {
+			qh := q[(t*nq+hd)*D : (t*nq+hd+1)*D]
+			off := (hd / group) * D
+			mx := float32(math.Inf(-1))
+			for j := range n {
+				s := dot(qh, keys[j*kvw+off:j*kvw+off+D]) * scale
+				scores[j] = s
+				mx = max(mx, s)
+			}
+			var sum float32
+			for j := range n {
+				e := float32(math.Exp(float64(scores[j] - mx)))
+				scores[j] = e
+				sum += e
+			}
+			oh := out[(t*nq+hd)*D : (t*nq+hd+1)*D]
+			for j := range n {
+				p := scores[j] / sum
+				vj := values[j*kvw+off : j*kvw+off+D]
+				for d := range oh {
+					oh[d] += p * vj[d]
+				}
+			}
+		}
+	}
+	return out
+}

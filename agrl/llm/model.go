@@ -1,0 +1,126 @@
+package llm
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+
+	"agrl.dev/agrl/hf"
+)
+
+// A Model is a decoder's weights in float32, ready to run. Its methods are safe for
+// concurrent use; a Cache is not (one per sequence).
+type Model struct {
+	cfg    hf.Config
+	embed  []float32 // [vocab, hidden]
+	layers []layer
+	norm   []float32 // [hidden]
+	head   []float32 // [vocab, hidden]; the same slice as embed when the embeddings are tied
+	// invFreq holds RoPE's inverse frequencies, head_dim/2 of them (llama3 scaling applied).
+	invFreq []float64
+}
+
+// layer is one decoder block. Linear weights are [out, in], row-major, as checkpoints store
+// them, so a row of the weight is the input vector's partner in a dot product. A nil bias or
+// q/k norm is one the family does not have.
+type layer struct {
+	inputNorm, postNorm []float32 // [hidden]
+
+	wq, wk, wv, wo []float32 // [heads·head_dim, hidden], [kv·head_dim, hidden] ×2, [hidden, heads·head_dim]
+	bq, bk, bv, bo []float32
+	qNorm, kNorm   []float32 // Qwen3: [head_dim], shared by all heads
+
+	gate, up, down    []float32 // [inter, hidden], [inter, hidden], [hidden, inter]
+	bGate, bUp, bDown []float32
+}
+
+// Config returns the model's configuration, as read from its config.json.
+func (m *Model) Config() hf.Config {
+	c := m.cfg
+	c.EOSTokenIDs = slices.Clone(c.EOSTokenIDs)
+	return c
+}
+
+// Load reads the model in dir: its config.json and its safetensors weights (model.safetensors,
+// or model.safetensors.index.json and its shards). The checkpoint must hold exactly the
+// tensors the config implies (hf.Config.Tensors), as F32, F16 or BF16; a missing, unexpected
+// or mis-shaped tensor is an error naming every such tensor, and so is a weight that is NaN
+// or infinite. Weights are converted to float32 (exactly, from BF16 and F16), so a model
+// takes 4 bytes a parameter in memory.
+func Load(dir string) (*Model, error) {
+	cfg, err := hf.LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("llm: %w", err)
+	}
+	ck, err := hf.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("llm: %w", err)
+	}
+	defer ck.Close()
+	if err := cfg.Check(ck); err != nil {
+		return nil, fmt.Errorf("llm: %s: %w", dir, err)
+	}
+
+	var readErr error
+	read := func(name string) []float32 {
+		if readErr != nil {
+			return nil
+		}
+		w, err := ck.Float32s(name)
+		if err != nil {
+			readErr = err
+			return nil
+		}
+		for i, v := range w {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				readErr = fmt.Errorf("tensor %s: element %d is %v", name, i, v)
+				return nil
+			}
+		}
+		return w
+	}
+	opt := func(has bool, name string) []float32 {
+		if !has {
+			return nil
+		}
+		return read(name)
+	}
+
+	m := &Model{cfg: cfg, invFreq: cfg.InvFreq()}
+	m.embed = read("model.embed_tokens.weight")
+	for i := range cfg.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", i)
+		qkvBias, oBias, qwen3 := cfg.QKVBias(), cfg.OutputBias(), cfg.Family == hf.Qwen3
+		m.layers = append(m.layers, layer{
+			inputNorm: read(p + "input_layernorm.weight"),
+			postNorm:  read(p + "post_attention_layernorm.weight"),
+			wq:        read(p + "self_attn.q_proj.weight"),
+			wk:        read(p + "self_attn.k_proj.weight"),
+			wv:        read(p + "self_attn.v_proj.weight"),
+			wo:        read(p + "self_attn.o_proj.weight"),
+			bq:        opt(qkvBias, p+"self_attn.q_proj.bias"),
+			bk:        opt(qkvBias, p+"self_attn.k_proj.bias"),
+			bv:        opt(qkvBias, p+"self_attn.v_proj.bias"),
+			bo:        opt(oBias, p+"self_attn.o_proj.bias"),
+			qNorm:     opt(qwen3, p+"self_attn.q_norm.weight"),
+			kNorm:     opt(qwen3, p+"self_attn.k_norm.weight"),
+			gate:      read(p + "mlp.gate_proj.weight"),
+			up:        read(p + "mlp.up_proj.weight"),
+			down:      read(p + "mlp.down_proj.weight"),
+			bGate:     opt(cfg.MLPBias, p+"mlp.gate_proj.bias"),
+			bUp:       opt(cfg.MLPBias, p+"mlp.up_proj.bias"),
+			bDown:     opt(cfg.MLPBias, p+"mlp.down_proj.bias"),
+		})
+	}
+	m.norm = read("model.norm.weight")
+	if cfg.TieWordEmbeddings {
+		m.head = m.embed
+	} else {
+		m.head = read("lm_head.weight")
+	}
+	if readErr != nil {
+		return nil, fmt.Errorf("llm: %s: %w", dir, readErr)
+	}
+	return m, nil
+}
