@@ -140,15 +140,23 @@ def rotate(x, cos, sin):
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def logits(cfg, W, ids, dtype):
-    """Logits [T, vocab] for the token ids, computed in dtype throughout."""
+def logits(cfg, W, ids, dtype, lora=None):
+    """Logits [T, vocab] for the token ids, computed in dtype throughout.
+
+    lora, if given, maps a projection (such as "model.layers.0.self_attn.q_proj") to (A, B,
+    scale): that projection then adds scale * B (A x) to its output, after the bias, as an
+    unmerged LoRA layer does (see scripts/lora_reference.py)."""
     w = lambda name: W[name].to(dtype)
     opt = lambda name: W[name].to(dtype) if name in W else None
 
     def linear(x, name):
         y = x @ w(name + ".weight").T
         b = opt(name + ".bias")
-        return y if b is None else y + b
+        y = y if b is None else y + b
+        if lora and name in lora:
+            A, B, scale = lora[name]
+            y = y + ((x @ A.to(dtype).T) @ B.to(dtype).T) * scale
+        return y
 
     T, D = len(ids), cfg.head_dim
     pos = torch.arange(T, dtype=torch.int64).to(dtype)

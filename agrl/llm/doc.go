@@ -41,11 +41,30 @@
 // over the tokens before it; Step of a prompt then one token at a time gives the same logits
 // as Logits of the whole sequence. Sequences are limited to max_position_embeddings.
 //
+// # LoRA adapters and saving
+//
+// AddLoRA makes low-rank adapters for a model's projections (LoRAConfig: rank, alpha, dropout
+// and target modules, with the meanings and names of PEFT's LoraConfig), initialised as PEFT
+// initialises them (A Kaiming-uniform, B zero), so that at first they change nothing.
+// WithAdapters gives a view of the model that runs with them, each adapted projection
+// computing
+//
+//	y = W x + b + (alpha/r) · B (A x)                      // A [r, in], B [out, r]
+//
+// while sharing the model's weights: the model itself stays at hand, unadapted, as GRPO's
+// reference policy. Params exposes the matrices, by their PEFT names, for a trainer to update
+// in place. Adapters.Save and LoadAdapters write and read PEFT's adapter directory
+// (adapter_config.json and adapter_model.safetensors), and Model.Save writes a Hugging Face
+// model directory with the adapters merged into the weights, W + (alpha/r)·B·A, as float32,
+// bfloat16 or float16. The forward pass is for inference: dropout is recorded, not applied,
+// and nothing here computes gradients.
+//
 // # Test models
 //
 // WriteRandom writes a model of any supported configuration with seeded random weights,
 // laid out as transformers saves one (config.json, model.safetensors or index and shards), and
 // Tiny gives small configurations of each family. The checkpoints in testdata were made that
 // way; scripts/llm_reference.py computed their expected logits with PyTorch, and the tests
-// compare against those without Python (see testdata/README.md).
+// compare against those without Python (see testdata/README.md). One adapter there, for the
+// Qwen3 checkpoint, has expected logits from scripts/lora_reference.py.
 package llm

@@ -116,9 +116,9 @@ func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, erro
 
 		// Attention: x += o(attend(rope(q), rope(k), v)) over h = norm(x).
 		rmsNorm(h, x, ly.inputNorm, H, eps)
-		q := linear(h, T, H, ly.wq, nq*D, ly.bq)  // [T, nq·D]
-		k := linear(h, T, H, ly.wk, nkv*D, ly.bk) // [T, nkv·D]
-		v := linear(h, T, H, ly.wv, nkv*D, ly.bv)
+		q := m.proj(l, qProj, h, T, H, ly.wq, nq*D, ly.bq)  // [T, nq·D]
+		k := m.proj(l, kProj, h, T, H, ly.wk, nkv*D, ly.bk) // [T, nkv·D]
+		v := m.proj(l, vProj, h, T, H, ly.wv, nkv*D, ly.bv)
 		if ly.qNorm != nil { // Qwen3: each head normalised before RoPE
 			rmsNorm(q, q, ly.qNorm, D, eps)
 			rmsNorm(k, k, ly.kNorm, D, eps)
@@ -128,17 +128,17 @@ func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, erro
 		c.k[l] = append(c.k[l], k...)
 		c.v[l] = append(c.v[l], v...)
 		att := attend(q, c.k[l], c.v[l], start, T, nq, nkv, D) // [T, nq·D]
-		addTo(x, linear(att, T, nq*D, ly.wo, H, ly.bo))
+		addTo(x, m.proj(l, oProj, att, T, nq*D, ly.wo, H, ly.bo))
 
 		// MLP: x += down(silu(gate(h)) · up(h)) over h = norm(x).
 		rmsNorm(h, x, ly.postNorm, H, eps)
 		I := cfg.IntermediateSize
-		g := linear(h, T, H, ly.gate, I, ly.bGate)
-		u := linear(h, T, H, ly.up, I, ly.bUp)
+		g := m.proj(l, gateProj, h, T, H, ly.gate, I, ly.bGate)
+		u := m.proj(l, upProj, h, T, H, ly.up, I, ly.bUp)
 		for i, gi := range g {
 			g[i] = silu(gi) * u[i]
 		}
-		addTo(x, linear(g, T, I, ly.down, H, ly.bDown))
+		addTo(x, m.proj(l, downProj, g, T, I, ly.down, H, ly.bDown))
 	}
 	c.n += T
 
@@ -185,6 +185,17 @@ func linear(x []float32, rows, in int, w []float32, out int, b []float32) []floa
 		if b != nil {
 			addTo(yr, b)
 		}
+	}
+	return y
+}
+
+// proj is linear for the projection mod of layer l, plus the LoRA term scale·B(A x) when m
+// runs with adapters on that projection (added after the bias, as PEFT adds it). Without
+// adapters it is linear itself, so a model with none computes exactly what it did before.
+func (m *Model) proj(l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
+	y := linear(x, rows, in, w, out, b)
+	if m.lora != nil {
+		m.lora.add(l, mod, y, x, rows)
 	}
 	return y
 }

@@ -10,7 +10,8 @@ import (
 )
 
 // A Model is a decoder's weights in float32, ready to run. Its methods are safe for
-// concurrent use; a Cache is not (one per sequence).
+// concurrent use; a Cache is not (one per sequence). WithAdapters gives a view of a model that
+// runs with LoRA adapters, sharing its weights.
 type Model struct {
 	cfg    hf.Config
 	embed  []float32 // [vocab, hidden]
@@ -19,6 +20,12 @@ type Model struct {
 	head   []float32 // [vocab, hidden]; the same slice as embed when the embeddings are tied
 	// invFreq holds RoPE's inverse frequencies, head_dim/2 of them (llama3 scaling applied).
 	invFreq []float64
+
+	dir string // the directory Load read, as given
+	// lora are the adapters this model runs with (nil: none), and root the model WithAdapters
+	// was called on (nil for one from Load): a view shares root's weights.
+	lora *Adapters
+	root *Model
 }
 
 // layer is one decoder block. Linear weights are [out, in], row-major, as checkpoints store
@@ -87,7 +94,7 @@ func Load(dir string) (*Model, error) {
 		return read(name)
 	}
 
-	m := &Model{cfg: cfg, invFreq: cfg.InvFreq()}
+	m := &Model{cfg: cfg, invFreq: cfg.InvFreq(), dir: dir}
 	m.embed = read("model.embed_tokens.weight")
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)
