@@ -1,0 +1,55 @@
+// Package hfgraph builds GoMLX graphs of the pretrained decoders agrl/llm runs on the host —
+// Llama 3.x and SmolLM2, Qwen2/2.5, Qwen3 — so that they can be trained with automatic
+// differentiation, with LoRA adapters, on any GoMLX backend (the pure-Go "go" backend on CPU,
+// XLA on GPUs). agrl/llm is the reference: for the same weights and adapters the graph's
+// per-token log-probabilities agree with log-softmax of llm.Model.Logits to about 2e-6 on its
+// test checkpoints (the tests allow 1e-4).
+//
+// # Weights
+//
+// Load reads a Hugging Face checkpoint directory (FromLLM takes an agrl/llm model) into
+// variables of a model.Store: the base weights, frozen (not trainable), under
+// <scope>/base/<checkpoint tensor name>, projections transposed to [in, out]. AddLoRA adds
+// adapters initialised exactly as llm.Model.AddLoRA initialises them (B zero, so the model
+// starts as its base, bit for bit); SetAdapters copies an llm.Adapters in (from AddLoRA or a
+// PEFT directory read by llm.LoadAdapters); ExportAdapters and Adapters copy them back out, for
+// llm.Adapters.Save to write a PEFT adapter or llm.Model.Save to merge them into a checkpoint.
+// Adapter matrices are trainable variables under <scope>/lora; the adapted projection is
+//
+//	y = x·W + b + (alpha/r)·((x·A)·B)                      // A [in, r], B [r, out]
+//
+// Base returns the same model without the adapter term, sharing every variable: the frozen
+// reference policy of GRPO costs no memory.
+//
+// # Graphs
+//
+// Logits and TokenStats take a batch of right-padded sequences, tokens [B, T] and lengths [B]
+// (Pad lays them out). The decoder is the one agrl/llm documents: RMSNorm, rotate-half RoPE
+// with the config's theta and llama3 scaling (hf.Config.InvFreq), grouped-query causal
+// attention that also masks each row's padding, q/k/v biases (Qwen2, Llama's attention_bias),
+// Qwen3's per-head q_norm and k_norm, the SwiGLU MLP (with Llama's mlp_bias), and a tied or
+// untied LM head. TokenStats has the contract of the Tiny model's scorer in agrl/learn: logp
+// and entropy [B, T-1] at an inverse temperature, position j about token j+1, plus a 0/1 mask of
+// the positions whose target is a real token (logp and entropy are 0 elsewhere).
+//
+// A training step builds its loss from TokenStats and takes gradients the GoMLX way: graph.
+// Gradient over AdapterVariables, or an optimizer's UpdateGraph over the store's trainable
+// variables (only the adapters are).
+//
+//	store := model.NewStore()
+//	pol := hfgraph.MustLoad(store, "", "Qwen3-0.6B")
+//	err := pol.AddLoRA(llm.LoRAConfig{Rank: 8, Alpha: 16, TargetModules: llm.LoRAModules()}, 1)
+//	opt := optimizer.Adam().LearningRate(1e-4).Done()
+//	step, err := model.NewExec(backend, store, func(scope *model.Scope, tokens, lengths *graph.Node) *graph.Node {
+//		logp, _, valid := pol.TokenStats(tokens, lengths, nil)
+//		loss := graph.Neg(graph.Div(graph.ReduceAllSum(logp), graph.ReduceAllSum(valid)))
+//		opt.UpdateGraph(scope, tokens.Graph(), loss)
+//		return loss
+//	})
+//
+// # Limits
+//
+// Everything is float32. LoRA dropout is recorded, not applied. There is no incremental
+// (KV-cache) decoding graph yet: sampling still goes through agrl/llm or a full forward per
+// token. Graphs are compiled per input shape, so batch sizes and lengths should be bucketed.
+package hfgraph

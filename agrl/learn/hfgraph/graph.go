@@ -1,0 +1,288 @@
+package hfgraph
+
+import (
+	"fmt"
+	"math"
+
+	"agrl.dev/agrl/hf"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+)
+
+// maskedScore is added to the attention scores of keys a query may not see. It is finite, so a
+// row that sees no key (an empty sequence) gets uniform weights, never NaN.
+const maskedScore = -1e9
+
+// The projections of a layer, in llm.LoRAModules order.
+const (
+	qProj = iota
+	kProj
+	vProj
+	oProj
+	gateProj
+	upProj
+	downProj
+	numProj
+)
+
+var projNames = [numProj]string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+
+// weights are a model's variables as nodes of one graph.
+type weights struct {
+	embed, norm, head *graph.Node // [V, H], [H], [V, H] (head is embed when tied)
+	layers            []layerWeights
+	scale             float64 // LoRA's alpha/r
+}
+
+type layerWeights struct {
+	inputNorm, postNorm *graph.Node // [H]
+	qNorm, kNorm        *graph.Node // Qwen3: [head_dim]; nil otherwise
+	proj                [numProj]projWeights
+}
+
+// projWeights is one projection: w [in, out], bias [out] or nil, and the adapter's A [in, r]
+// and B [r, out], nil when it is not adapted or the graph leaves the adapters out.
+type projWeights struct {
+	w, bias, loraA, loraB *graph.Node
+}
+
+// graphWeights fetches m's variables into graph g; the Base view leaves the adapters out.
+func (m *Model) graphWeights(g *graph.Graph) *weights {
+	c := m.cfg
+	get := func(name string) *graph.Node { return m.variable(m.basePath(name)).NodeValue(g) }
+	opt := func(has bool, name string) *graph.Node {
+		if !has {
+			return nil
+		}
+		return get(name)
+	}
+	w := &weights{embed: get("model.embed_tokens.weight"), norm: get("model.norm.weight")}
+	w.head = w.embed
+	if !c.TieWordEmbeddings {
+		w.head = get("lm_head.weight")
+	}
+	if m.lora != nil {
+		w.scale = m.lora.Scale()
+	}
+	for l := range c.NumHiddenLayers {
+		p := fmt.Sprintf("model.layers.%d.", l)
+		lw := layerWeights{
+			inputNorm: get(p + "input_layernorm.weight"),
+			postNorm:  get(p + "post_attention_layernorm.weight"),
+			qNorm:     opt(c.Family == hf.Qwen3, p+"self_attn.q_norm.weight"),
+			kNorm:     opt(c.Family == hf.Qwen3, p+"self_attn.k_norm.weight"),
+		}
+		for i, mod := range projNames {
+			name := p + moduleGroup(mod) + "." + mod
+			hasBias := c.MLPBias
+			switch i {
+			case qProj, kProj, vProj:
+				hasBias = c.QKVBias()
+			case oProj:
+				hasBias = c.OutputBias()
+			}
+			pw := projWeights{w: get(name + ".weight"), bias: opt(hasBias, name+".bias")}
+			if !m.base && m.targets(mod) {
+				pw.loraA = m.variable(m.loraPath(l, mod, "A")).NodeValue(g)
+				pw.loraB = m.variable(m.loraPath(l, mod, "B")).NodeValue(g)
+			}
+			lw.proj[i] = pw
+		}
+		w.layers = append(w.layers, lw)
+	}
+	return w
+}
+
+// Logits runs the decoder over a batch of right-padded sequences and returns the logits at
+// every position, [B, T, vocab] float32: row b, position t scores the token after
+// tokens[b, ..t], as llm.Model.Logits does for one sequence.
+//
+//	tokens  [B, T] int32: row b holds lengths[b] tokens, then padding (any ids; they are ignored)
+//	lengths [B] int32:    the real tokens per row, 0 … T
+//
+// Every row counts positions from 0 (RoPE), its queries attend causally to its own real tokens
+// only, so padding never changes a real position's logits; the logits at padding positions are
+// finite and meaningless. It panics (as GoMLX graph builders do) on bad shapes, T above
+// max_position_embeddings, or missing variables.
+func (m *Model) Logits(tokens, lengths *graph.Node) *graph.Node {
+	w := m.graphWeights(tokens.Graph())
+	return m.head(w, m.hidden(w, tokens, lengths))
+}
+
+// TokenStats computes, for a batch of right-padded sequences (see Logits), the log-probability
+// of each next token at inverse temperature invT and the entropy of that next-token
+// distribution, the contract of the Tiny model's scorer: all [B, T-1] float32, position j about
+// tokens[b, j+1] given tokens[b, ..j],
+//
+//	logp[b, j]    = log softmax(invT·logits[b, j])[tokens[b, j+1]]
+//	entropy[b, j] = −Σ_v p_v log p_v of that softmax
+//	valid[b, j]   = 1 if j+1 < lengths[b] (the target is a real token), else 0
+//
+// logp and entropy are 0 where valid is 0. invT is a scalar (nil means 1); sampling must use
+// the same temperature. T must be at least 2.
+func (m *Model) TokenStats(tokens, lengths, invT *graph.Node) (logp, entropy, valid *graph.Node) {
+	g := tokens.Graph()
+	b, t := m.checkTokens(tokens, lengths)
+	if t < 2 {
+		panic(fmt.Errorf("hfgraph: TokenStats needs sequences of at least 2 positions, got [%d %d]", b, t))
+	}
+	w := m.graphWeights(g)
+	x := m.hidden(w, tokens, lengths)                              // [B, T, H]
+	x = graph.Slice(x, graph.AxisRange(), graph.AxisRange(0, t-1)) // [B, T-1, H]: the last position has no target
+	logits := m.head(w, x)                                         // [B, T-1, V]
+	if invT != nil {
+		logits = graph.Mul(logits, graph.ConvertDType(invT, dtypes.Float32))
+	}
+	lp := graph.LogSoftmax(logits, -1)                                       // [B, T-1, V]
+	targets := graph.Slice(tokens, graph.AxisRange(), graph.AxisRange(1, t)) // [B, T-1]
+	next := graph.AddScalar(graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1), 1)
+	isReal := graph.LessThan(next, graph.InsertAxes(lengths, -1)) // [B, T-1]: target j+1 is real
+	targets = graph.Where(isReal, targets, graph.ScalarZero(g, dtypes.Int32))
+	onehot := graph.OneHot(targets, m.cfg.VocabSize, dtypes.Float32) // [B, T-1, V]
+	valid = graph.ConvertDType(isReal, dtypes.Float32)
+	logp = graph.Mul(graph.ReduceSum(graph.Mul(lp, onehot), -1), valid)
+	entropy = graph.Mul(graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1)), valid)
+	return logp, entropy, valid
+}
+
+// checkTokens checks the shapes of tokens [B, T] and lengths [B] (both int32) and returns B, T.
+func (m *Model) checkTokens(tokens, lengths *graph.Node) (b, t int) {
+	ts, ls := tokens.Shape(), lengths.Shape()
+	if ts.Rank() != 2 || ts.DType != dtypes.Int32 || ls.Rank() != 1 || ls.DType != dtypes.Int32 || ls.Dimensions[0] != ts.Dimensions[0] {
+		panic(fmt.Errorf("hfgraph: want tokens [B, T] int32 and lengths [B] int32, got %s and %s", ts, ls))
+	}
+	b, t = ts.Dimensions[0], ts.Dimensions[1]
+	if t > m.cfg.MaxPositionEmbeddings {
+		panic(fmt.Errorf("hfgraph: %d positions exceed max_position_embeddings %d", t, m.cfg.MaxPositionEmbeddings))
+	}
+	return b, t
+}
+
+// hidden runs the decoder over tokens [B, T] with lengths [B] (see Logits) and returns the
+// final normalised hidden states [B, T, H].
+func (m *Model) hidden(w *weights, tokens, lengths *graph.Node) *graph.Node {
+	g := tokens.Graph()
+	c := m.cfg
+	b, t := m.checkTokens(tokens, lengths)
+	hd, nq, nkv := c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads
+	grp := nq / nkv // query heads per key-value head
+	eps := c.RMSNormEps
+
+	isReal := graph.LessThan(graph.Iota(g, shapes.Make(dtypes.Int32, b, t), 1), graph.InsertAxes(lengths, -1)) // [B, T]
+	ids := graph.Where(isReal, tokens, graph.ScalarZero(g, dtypes.Int32))                                      // padding reads row 0
+	x := graph.Gather(w.embed, graph.InsertAxes(ids, -1))                                                      // [B, T, H]
+	cos, sin := m.ropeTables(g, t)                                                                             // [1, T, 1, hd]
+	bias := attentionBias(lengths, b, t, nkv, grp)                                                             // [B·nkv, grp·T, T]
+	scale := 1 / math.Sqrt(float64(hd))
+
+	for l := range w.layers {
+		lw := &w.layers[l]
+		h := rmsNorm(x, lw.inputNorm, eps)
+		q := graph.Reshape(w.project(h, &lw.proj[qProj]), b, t, nq, hd)
+		k := graph.Reshape(w.project(h, &lw.proj[kProj]), b, t, nkv, hd)
+		v := graph.Reshape(w.project(h, &lw.proj[vProj]), b, t, nkv, hd)
+		if lw.qNorm != nil { // Qwen3: each head RMS-normalised before RoPE
+			q, k = rmsNorm(q, lw.qNorm, eps), rmsNorm(k, lw.kNorm, eps)
+		}
+		q, k = rope(q, cos, sin), rope(k, cos, sin)
+		// Grouped-query attention: query heads n·grp … n·grp+grp−1 share key-value head n, so
+		// they are stacked along the query axis of one batch entry (b, n); one batch axis keeps
+		// the products on the go backend's fast path.
+		q = graph.Reshape(graph.TransposeAllAxes(graph.Reshape(q, b, t, nkv, grp, hd), 0, 2, 3, 1, 4), b*nkv, grp*t, hd)
+		kT := graph.Reshape(graph.TransposeAllAxes(k, 0, 2, 3, 1), b*nkv, hd, t)                                    // [B·nkv, hd, T]
+		v = graph.Reshape(graph.TransposeAllAxes(v, 0, 2, 1, 3), b*nkv, t, hd)                                      // [B·nkv, T, hd]
+		s := graph.DotGeneral(q, []int{2}, []int{0}, kT, []int{1}, []int{0})                                        // [B·nkv, grp·T, T]
+		s = graph.Add(graph.MulScalar(s, scale), bias)                                                              // q·k/√hd, masked
+		a := graph.DotGeneral(graph.Softmax(s, -1), []int{2}, []int{0}, v, []int{1}, []int{0})                      // [B·nkv, grp·T, hd]
+		a = graph.Reshape(graph.TransposeAllAxes(graph.Reshape(a, b, nkv, grp, t, hd), 0, 3, 1, 2, 4), b, t, nq*hd) // [B, T, nq·hd]
+		x = graph.Add(x, w.project(a, &lw.proj[oProj]))
+
+		h = rmsNorm(x, lw.postNorm, eps)
+		gate, up := w.project(h, &lw.proj[gateProj]), w.project(h, &lw.proj[upProj])
+		x = graph.Add(x, w.project(graph.Mul(silu(gate), up), &lw.proj[downProj])) // SwiGLU
+	}
+	return rmsNorm(x, w.norm, eps)
+}
+
+// head turns hidden states [B, T, H] into logits [B, T, V]: x·headᵀ.
+func (m *Model) head(w *weights, x *graph.Node) *graph.Node {
+	dims := x.Shape().Dimensions
+	n, h := x.Shape().Size()/dims[2], dims[2]
+	y := graph.DotGeneral(graph.Reshape(x, n, h), []int{1}, nil, w.head, []int{1}, nil) // [N, V]
+	return graph.Reshape(y, dims[0], dims[1], m.cfg.VocabSize)
+}
+
+// project applies projection p to x [..., in]: x·W + b, plus the adapter term
+// scale·((x·A)·B) where p is adapted, added after the bias as PEFT and agrl/llm add it.
+func (w *weights) project(x *graph.Node, p *projWeights) *graph.Node {
+	dims := x.Shape().Dimensions
+	in, out := dims[len(dims)-1], p.w.Shape().Dimensions[1]
+	x2 := graph.Reshape(x, x.Shape().Size()/in, in)              // [N, in]
+	y := graph.DotGeneral(x2, []int{1}, nil, p.w, []int{0}, nil) // [N, out]
+	if p.bias != nil {
+		y = graph.Add(y, graph.InsertAxes(p.bias, 0))
+	}
+	if p.loraA != nil {
+		u := graph.DotGeneral(x2, []int{1}, nil, p.loraA, []int{0}, nil) // [N, r]
+		d := graph.DotGeneral(u, []int{1}, nil, p.loraB, []int{0}, nil)  // [N, out]
+		y = graph.Add(y, graph.MulScalar(d, w.scale))
+	}
+	outDims := append(append([]int(nil), dims[:len(dims)-1]...), out)
+	return graph.Reshape(y, outDims...)
+}
+
+// rmsNorm normalises the last axis of x to unit root mean square and multiplies it by w:
+// x·(1/√(mean(x²) + eps))·w. (GoMLX v0.28.2 defines no gradient for Rsqrt, so it is 1/Sqrt.)
+func rmsNorm(x, w *graph.Node, eps float64) *graph.Node {
+	ms := graph.ReduceAndKeep(graph.Square(x), graph.ReduceMean, -1)
+	x = graph.Mul(x, graph.Reciprocal(graph.Sqrt(graph.AddScalar(ms, eps))))
+	return graph.Mul(x, graph.ExpandLeftToRank(w, x.Rank()))
+}
+
+// silu is x·sigmoid(x).
+func silu(x *graph.Node) *graph.Node { return graph.Mul(x, graph.Sigmoid(x)) }
+
+// ropeTables returns RoPE's cos and sin for positions 0 … t−1 as constants [1, t, 1, hd]:
+// dimensions i and i + hd/2 both turn by angle pos·invFreq[i] (computed in float64 and rounded
+// once, as agrl/llm does).
+func (m *Model) ropeTables(g *graph.Graph, t int) (cos, sin *graph.Node) {
+	hd := m.cfg.HeadDim
+	cs, sn := make([]float32, t*hd), make([]float32, t*hd)
+	for p := range t {
+		for i, f := range m.invFreq {
+			a := float64(p) * f
+			c, s := float32(math.Cos(a)), float32(math.Sin(a))
+			cs[p*hd+i], cs[p*hd+i+hd/2] = c, c
+			sn[p*hd+i], sn[p*hd+i+hd/2] = s, s
+		}
+	}
+	return graph.Const(g, tensors.FromFlatDataAndDimensions(cs, 1, t, 1, hd)),
+		graph.Const(g, tensors.FromFlatDataAndDimensions(sn, 1, t, 1, hd))
+}
+
+// rope rotates x [B, T, heads, hd] in the rotate-half layout: x·cos + rotate_half(x)·sin, where
+// rotate_half(x) = (−x[hd/2:], x[:hd/2]), so dimension i turns with dimension i + hd/2.
+func rope(x, cos, sin *graph.Node) *graph.Node {
+	hd := x.Shape().Dimensions[3]
+	all := graph.AxisRange()
+	x1 := graph.Slice(x, all, all, all, graph.AxisRange(0, hd/2))
+	x2 := graph.Slice(x, all, all, all, graph.AxisRange(hd/2, hd))
+	rot := graph.Concatenate([]*graph.Node{graph.Neg(x2), x1}, -1)
+	return graph.Add(graph.Mul(x, cos), graph.Mul(rot, sin))
+}
+
+// attentionBias is the additive attention mask [B·nkv, grp·T, T]: 0 where query i of row b may
+// see key j (j ≤ i and j < lengths[b]), maskedScore elsewhere; laid out as the stacked queries
+// of hidden.
+func attentionBias(lengths *graph.Node, b, t, nkv, grp int) *graph.Node {
+	g := lengths.Graph()
+	sh := shapes.Make(dtypes.Int32, b, t, t)
+	qi, kj := graph.Iota(g, sh, 1), graph.Iota(g, sh, 2)
+	n := graph.BroadcastToDims(graph.Reshape(lengths, b, 1, 1), b, t, t)
+	visible := graph.LogicalAnd(graph.LessOrEqual(kj, qi), graph.LessThan(kj, n))                     // [B, T, T]
+	bias := graph.MulScalar(graph.OneMinus(graph.ConvertDType(visible, dtypes.Float32)), maskedScore) // 0 or maskedScore
+	bias = graph.BroadcastToDims(graph.Reshape(bias, b, 1, 1, t, t), b, nkv, grp, t, t)
+	return graph.Reshape(bias, b*nkv, grp*t, t)
+}

@@ -1,0 +1,233 @@
+package hfgraph
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// DefaultScope is the store scope Load and FromLLM put a model's variables under when they are
+// given the scope "".
+const DefaultScope = "/hf"
+
+// A Model is a decoder's weights as variables of a GoMLX model.Store, and the builders of its
+// graphs (TokenStats, Logits). The base weights are frozen (not trainable); LoRA adapters, once
+// added (AddLoRA, SetAdapters), are trainable. Base returns the same model without the adapter
+// term, sharing every variable: GRPO's reference policy.
+//
+// A Model is not safe for concurrent use while adapters are being added or exported; building
+// graphs concurrently is safe.
+type Model struct {
+	*state
+	// base is set on the view Base returns: its graphs leave the adapters out.
+	base bool
+}
+
+// state is what a model and its Base view share.
+type state struct {
+	cfg     hf.Config
+	store   *model.Store
+	scope   string
+	invFreq []float64
+	// lora is the adapters' configuration (TargetModules in llm.LoRAModules order), nil
+	// without adapters.
+	lora *llm.LoRAConfig
+}
+
+// Load reads the Hugging Face checkpoint in dir (config.json and model.safetensors, or the
+// index and its shards) into new variables of store under scope ("" means DefaultScope). The
+// checkpoint must hold exactly the tensors its config implies (hf.Config.Check), as F32, F16 or
+// BF16, none NaN or infinite; they are converted to float32 exactly. Every variable is frozen
+// (Trainable false). The scope must not hold a model already.
+//
+// Variables are named scope + "/base/" + the checkpoint's tensor name. Projection weights
+// (q/k/v/o_proj, gate/up/down_proj) are stored transposed, [in, out], so that x·W contracts
+// W's first axis (the go backend's fast matmul layout); embed_tokens and lm_head keep
+// [vocab, hidden], biases and norm weights their shape. With tied embeddings there is no
+// lm_head variable: the head reads embed_tokens.
+func Load(store *model.Store, scope, dir string) (*Model, error) {
+	cfg, err := hf.LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, fmt.Errorf("hfgraph: %w", err)
+	}
+	ck, err := hf.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("hfgraph: %w", err)
+	}
+	defer ck.Close()
+	if err := cfg.Check(ck); err != nil {
+		return nil, fmt.Errorf("hfgraph: %s: %w", dir, err)
+	}
+	if store == nil {
+		return nil, errors.New("hfgraph: nil store")
+	}
+	scope = cleanScope(scope)
+	for v := range store.IterVariables() {
+		if strings.HasPrefix(v.Path(), scope+"/base/") || strings.HasPrefix(v.Path(), scope+"/lora/") {
+			return nil, fmt.Errorf("hfgraph: the store already holds a model under %s (%s)", scope, v.Path())
+		}
+	}
+	m := &Model{state: &state{cfg: cfg, store: store, scope: scope, invFreq: cfg.InvFreq()}}
+	for _, spec := range cfg.Tensors() {
+		w, err := ck.Float32s(spec.Name)
+		if err != nil {
+			return nil, fmt.Errorf("hfgraph: %s: %w", dir, err)
+		}
+		for i, v := range w {
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return nil, fmt.Errorf("hfgraph: %s: tensor %s: element %d is %v", dir, spec.Name, i, v)
+			}
+		}
+		dims := spec.Shape
+		if isProjection(spec.Name) { // [out, in] -> [in, out]
+			w = transpose(w, dims[0], dims[1])
+			dims = []int{dims[1], dims[0]}
+		}
+		if err := m.create(m.basePath(spec.Name), w, dims, false); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// MustLoad is Load for notebooks: it panics on error.
+func MustLoad(store *model.Store, scope, dir string) *Model {
+	m, err := Load(store, scope, dir)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+// FromLLM puts the weights of an agrl/llm model into new variables of store under scope, as
+// Load does for a checkpoint directory. If m is a view with adapters (llm.Model.WithAdapters),
+// they are copied too, as SetAdapters copies them, and the Model runs with them.
+//
+// agrl/llm does not expose a model's weights, so they go through a float32 Hugging Face
+// directory written to a temporary directory (exact: llm.Model.Save without adapters writes
+// every weight bit for bit) and read back; this takes the model's size on disk for a moment.
+func FromLLM(store *model.Store, scope string, m *llm.Model) (*Model, error) {
+	if m == nil {
+		return nil, errors.New("hfgraph: FromLLM: nil model")
+	}
+	root, err := m.WithAdapters(nil)
+	if err != nil {
+		return nil, fmt.Errorf("hfgraph: FromLLM: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "hfgraph-*")
+	if err != nil {
+		return nil, fmt.Errorf("hfgraph: FromLLM: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	if err := root.Save(dir, nil, hf.F32); err != nil {
+		return nil, fmt.Errorf("hfgraph: FromLLM: %w", err)
+	}
+	g, err := Load(store, scope, dir)
+	if err != nil {
+		return nil, err
+	}
+	if a := m.Adapters(); a != nil {
+		if err := g.SetAdapters(a); err != nil {
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Config returns the model's configuration, as read from its config.json.
+func (m *Model) Config() hf.Config {
+	c := m.cfg
+	c.EOSTokenIDs = append([]int(nil), c.EOSTokenIDs...)
+	return c
+}
+
+// Store returns the store holding the model's variables.
+func (m *Model) Store() *model.Store { return m.store }
+
+// Scope returns the store scope of the model's variables ("/hf"): the base weights are under
+// Scope()+"/base", the adapters under Scope()+"/lora".
+func (m *Model) Scope() string { return m.scope }
+
+// Base returns the model without its adapters: the same variables, and graphs built without
+// the adapter term, so that it computes what the checkpoint alone computes. It is GRPO's
+// reference policy (as llm.Model.WithAdapters(nil) is for agrl/llm). Adapters added later to
+// either model are shared, and Base's graphs still leave them out.
+func (m *Model) Base() *Model { return &Model{state: m.state, base: true} }
+
+// IsBase reports whether m is a view without adapters (see Base).
+func (m *Model) IsBase() bool { return m.base }
+
+// BaseVariables returns the frozen base weights, in hf.Config.Tensors order.
+func (m *Model) BaseVariables() []*model.Variable {
+	var vs []*model.Variable
+	for _, spec := range m.cfg.Tensors() {
+		if v := m.store.GetVariable(m.basePath(spec.Name)); v != nil {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+func (m *Model) basePath(name string) string { return m.scope + "/base/" + name }
+
+// variable returns the named variable, or panics (graph building reports errors by panics, as
+// GoMLX does; model.Exec turns them into errors).
+func (m *Model) variable(path string) *model.Variable {
+	v := m.store.GetVariable(path)
+	if v == nil {
+		panic(fmt.Errorf("hfgraph: variable %s missing from the store", path))
+	}
+	return v
+}
+
+// create makes a variable of the given float32 values and shape.
+func (m *Model) create(path string, data []float32, dims []int, trainable bool) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("hfgraph: creating %s: %v", path, r)
+		}
+	}()
+	if m.store.GetVariable(path) != nil {
+		return fmt.Errorf("hfgraph: variable %s exists already", path)
+	}
+	v, err := m.store.CreateVariable(path, tensors.FromFlatDataAndDimensions(data, dims...))
+	if err != nil {
+		return fmt.Errorf("hfgraph: creating %s: %w", path, err)
+	}
+	v.SetTrainable(trainable)
+	return nil
+}
+
+// isProjection reports whether the named checkpoint tensor is a projection weight, [out, in].
+func isProjection(name string) bool { return strings.HasSuffix(name, "_proj.weight") }
+
+// transpose returns the [cols, rows] transpose of the row-major [rows, cols] matrix w.
+func transpose(w []float32, rows, cols int) []float32 {
+	t := make([]float32, len(w))
+	for r := range rows {
+		for c := range cols {
+			t[c*rows+r] = w[r*cols+c]
+		}
+	}
+	return t
+}
+
+// cleanScope turns a scope into an absolute path without a trailing slash.
+func cleanScope(scope string) string {
+	if scope == "" {
+		return DefaultScope
+	}
+	scope = model.JoinPath("/", scope)
+	if scope == "/" {
+		return ""
+	}
+	return scope
+}
