@@ -1,6 +1,7 @@
 // Package layers holds a repository-wide test of the architecture: the standard-library core
 // (agrl.dev/agrl), the environments (agrl.dev/envs/...) and the notebook display package
-// (agrl.dev/agrl/nb) never depend on GoMLX or on cgo; only the learner (agrl.dev/agrl/learn) and
+// (agrl.dev/agrl/nb) never depend on GoMLX or on cgo, nor do the pretrained-model packages
+// (agrl/hf, agrl/bpe, agrl/chat, agrl/llm); only the learner (agrl.dev/agrl/learn) and
 // what builds on it (the CLI) do. See docs/architecture.md.
 package layers
 
@@ -11,7 +12,10 @@ import (
 )
 
 // stdlibOnly are the packages (patterns) that must build without GoMLX and without cgo.
-var stdlibOnly = []string{"agrl.dev/agrl", "agrl.dev/agrl/nb", "agrl.dev/envs/..."}
+// The pretrained-model groundwork (checkpoint formats, tokenizer, chat formats, the reference
+// forward pass) is standard library only too; its GoMLX graphs live under agrl/learn.
+var stdlibOnly = []string{"agrl.dev/agrl", "agrl.dev/agrl/nb", "agrl.dev/envs/...",
+	"agrl.dev/agrl/hf", "agrl.dev/agrl/bpe", "agrl.dev/agrl/chat", "agrl.dev/agrl/llm"}
 
 // forbidden are the module path prefixes the standard-library layer must not import.
 var forbidden = []string{"github.com/gomlx/"}
