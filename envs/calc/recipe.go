@@ -18,16 +18,19 @@ import "agrl.dev/agrl"
 //     30% expert, test success reached 90% on 3 of seeds 201–205; with 50%, on 3 of seeds
 //     301–305 on the 64 test tasks and 4 of 5 on 256 (mean gain +25.6 points). A seed whose
 //     SFT copies poorly stays below: copying is the tiny model's bottleneck.
-//   - GRPO: 150 steps of 4 tasks × 8 episodes, learning rate 1e-4, KL β 0.01, clip ε 0.2,
-//     training temperature 0.5 (hotter samples break the copies), evaluation temperature 0.3,
-//     actions of at most 80 tokens, 64 tasks per evaluation split every 25 steps. GRPO learns
-//     to call the tool on the short expressions too; dev success plateaus within about 75 steps.
-//   - Task screening (GRPO.Screen): up to 64 candidates per task, judged by the policy's
+//   - GRPO: 150 steps of 2 tasks × 16 episodes, learning rate 1e-4, KL β 0.01, clip ε 0.2,
+//     training temperature 0.7, evaluation temperature 0.3, actions of at most 80 tokens, 64
+//     tasks per evaluation split every 25 steps. GRPO learns to call the tool on the short
+//     expressions too; dev success plateaus within about 75 steps.
+//   - Task screening (GRPO.Screen): up to 128 candidates per task, judged by the policy's
 //     probability of writing the expert's episode or of answering right at once
-//     (agrl.GoldAnswer): without it the policy solved so many training tasks that about 0.8–0.95
-//     of the groups carried no signal over the second half of training (every seed of 301–305);
-//     with it 0.17–0.46 on seeds 1, 302 and 305 (the candidates drawn grow from 8 to about 46 per
-//     task as the policy saturates).
+//     (agrl.GoldAnswer), so that the groups keep disagreeing after the policy has solved most
+//     tasks. Without it, with the former 4 tasks × 8 at temperature 0.5, 0.8–0.97 of the groups
+//     carried no signal over the second half of training (seeds 301–305 and 501–505); with it
+//     and 64 candidates, 0.24–0.77 (seeds 501–505); with 16 episodes a task (a nearly solved
+//     task disagrees more often in a larger group), temperature 0.7 and 128 candidates,
+//     0.06–0.39 on seeds 302, 305, 501, 502, 504 and 505, for a GRPO phase of 17–31 s instead
+//     of 13–45 s (docs/experiments.md, "Task screening"); over fresh seeds in README.md.
 //
 // It is a value like any GRPO: derive variants with its setters, e.g.
 // calc.Recipe().Seed(2).Out("runs/calc-seed2").
@@ -37,8 +40,8 @@ func Recipe() agrl.GRPO {
 			agrl.Demo{Name: "expert", Agent: Expert(), Weight: 0.5},
 			agrl.Demo{Name: "guess", NewAgent: Overconfident, Weight: 0.5}).
 		DemoEpisodes(16384).DemoMix(agrl.NewMix(1).Easy(0.1).Medium(0.3).Hard(0.6)).
-		Steps(150).Group(8).TasksPerStep(4).LR(1e-4).KL(0.01).ClipEps(0.2).
-		Temperature(0.5).EvalTemperature(0.3).MaxActionTokens(80).
-		Screen(64, Expert(), agrl.GoldAnswer()).
+		Steps(150).Group(16).TasksPerStep(2).LR(1e-4).KL(0.01).ClipEps(0.2).
+		Temperature(0.7).EvalTemperature(0.3).MaxActionTokens(80).
+		Screen(128, Expert(), agrl.GoldAnswer()).
 		EvalTasks(64).EvalEvery(25).Out("runs/calc")
 }
