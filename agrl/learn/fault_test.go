@@ -40,6 +40,27 @@ func train(t *testing.T, g agrl.GRPO) *TrainResult {
 	return res
 }
 
+// trainUntil trains g and cancels it once GRPO step `step` is logged, as Ctrl-C would; it
+// returns what Train returned and fails the test unless Train stopped with context.Canceled.
+func trainUntil(t *testing.T, g agrl.GRPO, step int) *TrainResult {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	tr, err := Build(g.OnStep(func(m agrl.Metrics) {
+		if m.Step() == step {
+			cancel()
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("run cancelled at step %d: %v", step, err)
+	}
+	return res
+}
+
 // TestResumeChecksItsSettings: resuming with other settings is refused with each one named
 // (old → new); with ResumeWithNewSettings it continues, config.json holds the new settings and
 // config_history.jsonl the change. More steps need no opt-in, and are recorded too.

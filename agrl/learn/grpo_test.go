@@ -1,8 +1,9 @@
 package learn
 
 import (
-	"agrl.dev/agrl"
 	"reflect"
+
+	"agrl.dev/agrl"
 
 	"context"
 	"errors"
@@ -568,18 +569,7 @@ func TestGRPOCurriculum(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "resumed")
-	ctx, cancel := context.WithCancel(context.Background())
-	first, err := Build(cfg(dir).OnStep(func(m agrl.Metrics) {
-		if m.Step() == 3 {
-			cancel()
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Train(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled run: %v", err)
-	}
+	trainUntil(t, cfg(dir), 3)
 	got := train(t, cfg(dir))
 	for i := 3; i < 5; i++ {
 		for _, d := range ds {

@@ -2,8 +2,6 @@ package learn
 
 import (
 	"cmp"
-	"context"
-	"errors"
 	"math"
 	"path/filepath"
 	"slices"
@@ -174,18 +172,7 @@ func TestGRPOScreen(t *testing.T) {
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "resumed")
-	ctx, cancel := context.WithCancel(context.Background())
-	first, err := Build(cfg(dir).OnStep(func(m agrl.Metrics) {
-		if m.Step() == 2 {
-			cancel()
-		}
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := first.Train(ctx); !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled run: %v", err)
-	}
+	trainUntil(t, cfg(dir), 2)
 	res := train(t, cfg(dir))
 	for i := 2; i < 4; i++ {
 		for _, k := range []string{agrl.MetricScreenSignal, agrl.MetricScreenQ, agrl.MetricLoss, agrl.MetricFracRewardZeroStd} {
