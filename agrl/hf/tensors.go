@@ -72,6 +72,7 @@ type CheckError struct {
 	Wrong []string
 }
 
+// Error lists every problem, one per line after a summary line.
 func (e *CheckError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "hf: the checkpoint does not match its config: %d missing, %d unexpected, %d wrong",
