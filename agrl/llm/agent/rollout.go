@@ -1,0 +1,310 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"agrl.dev/agrl"
+)
+
+// Episode token layout. One token stream per episode, in the model's own chat format:
+//
+//	encode(Render(system, user+tools) + GenerationPrompt)     prompt           mask 0
+//	action₁ … <|im_end|>                                      sampled ids      mask 1
+//	encode(AppendObservation(observation₁))                   tool turn + gen. mask 0
+//	action₂ …                                                 sampled ids      mask 1
+//	…
+//	actionₙ                                                    the last action: no observation
+//
+// The prompt is encoded once; each action is the exact ids sampled (its end-of-turn token
+// included), and each observation is encoded on its own and appended. The transcript is never
+// re-rendered or re-encoded, so the ids trained on are the ids sampled, even where encoding
+// the decoded text would give other ids. An action cut off before its end-of-turn token (by
+// Sampling.MaxActionTokens) is invalid; the format's end-of-turn token is then appended, with
+// mask 0, before its observation, so that the context stays well formed.
+
+// Rollout plays one episode per task with the policy: it samples each action until one of the
+// stop tokens, the per-action cap (Sampling.MaxActionTokens) or the episode's token budget,
+// reads it with the format's ParseTurn, steps the environment through agrl's turn loop (the
+// per-turn logic of agrl.Play and of the learner's rollouts) and appends the observation as
+// tokens, until the episode ends: an answer, the turn limit, too many invalid actions in a
+// row, or the token budget (opt.MaxTokens: 0, or more than the context, means the context).
+//
+// Episodes carry their turns and termination as agrl's rollouts record them, so agrl rubrics
+// score them: Turn.Text is the decoded action (its end-of-turn marker included) and
+// Turn.Action what ParseTurn read from it; an invalid action gets the observation "invalid
+// action: " + the reason, shown to the model as a tool result. Tokens, LossMask (1 on sampled
+// ids only) and LogProbs (the log-probability of each sampled id at the sampling temperature,
+// 0 elsewhere) are aligned. Episode i samples from stream (Seed, i): the episodes do not
+// depend on how many run at once. Tasks with the same prompt share its forward pass (the KV
+// cache is cloned), which is what G samples of one task cost.
+//
+// It returns an error when an environment refuses a task, a prompt does not fit the budget,
+// or the model fails; everything the model does wrong is recorded on the episodes.
+func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	start := time.Now()
+	var st agrl.RolloutStats
+	if env == nil {
+		return nil, st, errors.New("agent: Rollout needs an env")
+	}
+	if err := opt.Sampling.Validate(); err != nil {
+		return nil, st, err
+	}
+	if len(tasks) == 0 {
+		return nil, st, nil
+	}
+	budget := opt.MaxTokens
+	if budget <= 0 || budget > p.Context() {
+		budget = p.Context()
+	}
+	tools := env.Tools()
+	r := &run{p: p, tools: tools, opt: opt, budget: budget, prefills: map[string]*prefill{}}
+	r.closing = p.tok.Encode(p.format.StopStrings()[0])
+	for i, task := range tasks {
+		l, err := agrl.StartEpisode(env, task, opt.Limits)
+		if err != nil {
+			return nil, st, err
+		}
+		ep := l.Episode()
+		prompt, err := p.Prompt(tools, ep.Prompt)
+		if err != nil {
+			return nil, st, fmt.Errorf("agent: task %s: %w", task.ID, err)
+		}
+		if len(prompt)+1 > budget {
+			return nil, st, fmt.Errorf("agent: Rollout: the prompt of task %s takes %d tokens; the budget is %d", task.ID, len(prompt), budget)
+		}
+		ep.Tokens = prompt
+		ep.LossMask = make([]uint8, len(prompt))
+		ep.LogProbs = make([]float32, len(prompt))
+		key := string(int32Bytes(prompt))
+		pf := r.prefills[key]
+		if pf == nil {
+			pf = &prefill{ids: prompt}
+			r.prefills[key] = pf
+			r.order = append(r.order, pf)
+		}
+		r.eps = append(r.eps, &episode{i: i, loop: l, prompt: pf})
+	}
+
+	// Each distinct prompt is run once; its episodes continue clones of its cache.
+	if err := r.parallel(len(r.order), func(j int) error {
+		pf := r.order[j]
+		pf.s = p.newStream()
+		var err error
+		pf.logits, err = r.next(pf.s, pf.ids)
+		return err
+	}); err != nil {
+		return nil, st, err
+	}
+	if err := r.parallel(len(r.eps), func(j int) error { return r.play(r.eps[j]) }); err != nil {
+		return nil, st, err
+	}
+
+	eps := make([]*agrl.Episode, len(r.eps))
+	for i, e := range r.eps {
+		eps[i] = e.loop.Episode()
+	}
+	st.Episodes, st.Steps, st.Tokens = len(eps), int(r.steps.Load()), int(r.fed.Load())
+	st.Generated, st.Seconds = int(r.generated.Load()), time.Since(start).Seconds()
+	return eps, st, nil
+}
+
+// run is the state of one Rollout call.
+type run struct {
+	p       *Policy
+	tools   []agrl.Tool
+	opt     agrl.RolloutOptions
+	budget  int
+	closing []int32 // the end-of-turn token(s), appended after an action cut off without one
+
+	prefills map[string]*prefill
+	order    []*prefill
+	eps      []*episode
+
+	steps, fed, generated atomic.Int64
+	failed                atomic.Bool
+}
+
+// prefill is one distinct prompt, run once.
+type prefill struct {
+	ids    []int32
+	s      stream
+	logits []float32
+}
+
+// episode is one task's episode in progress.
+type episode struct {
+	i      int
+	loop   *agrl.TurnLoop
+	prompt *prefill
+}
+
+// parallel runs f(0) … f(n-1) on the policy's workers and returns the first error; after an
+// error, jobs not yet started are skipped.
+func (r *run) parallel(n int, f func(int) error) error {
+	jobs := make(chan int)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for range r.p.numWorkers(n) {
+		wg.Go(func() {
+			for j := range jobs {
+				if r.failed.Load() {
+					continue
+				}
+				if errs[j] = f(j); errs[j] != nil {
+					r.failed.Store(true)
+				}
+			}
+		})
+	}
+	for j := range n {
+		jobs <- j
+	}
+	close(jobs)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// next feeds ids to s, counting the work.
+func (r *run) next(s stream, ids []int32) ([]float32, error) {
+	logits, err := s.Next(ids)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	r.steps.Add(1)
+	r.fed.Add(int64(len(ids)))
+	return logits, nil
+}
+
+// play runs one episode to its end.
+func (r *run) play(e *episode) error {
+	p, l := r.p, e.loop
+	ep := l.Episode()
+	s := e.prompt.s.Clone()
+	logits := e.prompt.logits
+	sm := newSampler(r.opt.Sampling, p.model.Config().VocabSize, e.i)
+	capTokens := r.opt.Sampling.MaxActionTokens
+	for !l.OutOfTurns() {
+		// Sample one action. Its last id is not fed yet: it goes in with the observation.
+		room := r.budget - len(ep.Tokens)
+		limit := room
+		if capTokens > 0 {
+			limit = min(limit, capTokens)
+		}
+		first := len(ep.Tokens)
+		stopped := false
+		for {
+			id, lp, err := sm.draw(logits)
+			if err != nil {
+				return fmt.Errorf("agent: task %s, position %d: %w", ep.Task.ID, len(ep.Tokens), err)
+			}
+			ep.Tokens = append(ep.Tokens, id)
+			ep.LossMask = append(ep.LossMask, 1)
+			ep.LogProbs = append(ep.LogProbs, lp)
+			r.generated.Add(1)
+			if slices.Contains(p.stops, id) {
+				stopped = true
+				break
+			}
+			if len(ep.Tokens)-first >= limit {
+				break
+			}
+			if logits, err = r.next(s, []int32{id}); err != nil {
+				return err
+			}
+		}
+		action := ep.Tokens[first:]
+		text := p.tok.Decode(action)
+		var a agrl.Action
+		switch {
+		case stopped:
+			a = p.format.ParseTurn(text, r.tools)
+		case len(action) >= room:
+			a = invalidf("the action filled the episode's token budget (%d) before its end-of-turn token", r.budget)
+		default:
+			a = invalidf("the action reached the cap of %d tokens before its end-of-turn token", capTokens)
+		}
+		if act(l, text, a) {
+			return nil
+		}
+		if len(action) >= room {
+			ep.Termination = agrl.TokenBudget
+			return nil
+		}
+		// The observation: the end of the turn if the model did not write it, then the tool
+		// turn and the next generation prompt, appended as tokens.
+		var obs []int32
+		if !stopped {
+			obs = append(obs, r.closing...)
+		}
+		obs = p.tok.AppendEncode(obs, p.format.AppendObservation(ep.Turns[len(ep.Turns)-1].Observation))
+		if len(obs)+1 > r.budget-len(ep.Tokens) { // the observation and one more token must fit
+			ep.Termination = agrl.TokenBudget
+			return nil
+		}
+		if l.OutOfTurns() {
+			return nil
+		}
+		feed := append([]int32{action[len(action)-1]}, obs...)
+		ep.Tokens = append(ep.Tokens, obs...)
+		ep.LossMask = append(ep.LossMask, make([]uint8, len(obs))...)
+		ep.LogProbs = append(ep.LogProbs, make([]float32, len(obs))...)
+		var err error
+		if logits, err = r.next(s, feed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// act records one action on the turn loop: the loop steps the environment, counts invalid
+// actions in a row and ends the episode as agrl.Play would. The loop reads agrl's protocol
+// text, so a valid native action is written in that protocol (its reasoning left out: the
+// environment does not read it) and must read back as the same action; an invalid one is
+// given as empty text, which the loop rejects. The turn then gets the native text, the action
+// as ParseTurn read it and, when invalid, the native reason.
+func act(l *agrl.TurnLoop, text string, a agrl.Action) (done bool) {
+	proto := ""
+	if a.Kind != agrl.Invalid {
+		step := a
+		step.Think = ""
+		proto = step.String()
+		if got := agrl.ParseAction(proto); got != step {
+			why := got.Invalid
+			if why == "" {
+				why = "it reads as " + got.String()
+			}
+			what := "answer"
+			if a.Kind == agrl.ToolCall {
+				what = "tool call"
+			}
+			a = invalidf("the %s cannot be passed to the environment: %s", what, why)
+			proto = ""
+		}
+	}
+	done = l.Act(proto)
+	ep := l.Episode()
+	t := &ep.Turns[len(ep.Turns)-1]
+	t.Text, t.Action = text, a
+	if a.Kind == agrl.Invalid {
+		t.Observation = agrl.TruncateObservation("invalid action: "+a.Invalid, agrl.MaxObservationBytes)
+	}
+	return done
+}
+
+func invalidf(format string, args ...any) agrl.Action {
+	return agrl.Action{Kind: agrl.Invalid, Invalid: fmt.Sprintf(format, args...)}
+}
+
+// int32Bytes is ids as bytes, a map key.
+func int32Bytes(ids []int32) []byte {
+	b := make([]byte, 0, 4*len(ids))
+	for _, id := range ids {
+		b = append(b, byte(id), byte(id>>8), byte(id>>16), byte(id>>24))
+	}
+	return b
+}
