@@ -280,10 +280,10 @@ func (g GRPO) Curriculum(window int) GRPO { g.s.Curriculum = window; return g }
 // Screen turns on task screening (0: off, the default): each step draws up to pool candidates
 // for every task it needs from the training stream (a few at a time, stopping once the best
 // would mostly give groups with signal: learn.ScreenChunk) and estimates, for each, how often
-// the current policy would succeed: it plays the agents (the environment's expert, and any other agent
-// whose successes the policy may have learned, such as a guesser) on the task, and sums the
-// probabilities, at the training temperature, that the policy writes each distinct successful
-// episode's actions token for token. The step keeps the candidates whose groups of G are most
+// the current policy would succeed: it plays the agents (the environment's expert, and any
+// other agent whose successes the policy may have learned, such as a guesser) on the task, and
+// sums the probabilities, at the training temperature, that the policy writes each distinct
+// successful episode's actions token for token. The step keeps the candidates whose groups of G are most
 // likely to disagree (largest 1 − q^G − (1 − q)^G) and rolls out only those. Solved tasks (q
 // near 1) and hopeless ones (q near 0) carry no signal in a group, so this is a curriculum that
 // follows the policy task by task, at the cost of one forward pass over pool × tasks short

@@ -10,8 +10,8 @@ import (
 )
 
 // This file holds task screening (agrl.GRPO.Screen): before a step's rollouts, the policy
-// scores the expert's episode of every candidate task, and the step keeps the tasks whose
-// groups are most likely to carry signal.
+// scores the screening agents' successful episodes of every candidate task, and the step keeps
+// the tasks whose groups are most likely to carry signal.
 
 // screenStats is what the first round's screening predicted, for the step's metrics.
 type screenStats struct {

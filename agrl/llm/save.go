@@ -182,6 +182,22 @@ func (m *Model) save(dir string, a *Adapters, dtype hf.DType, shardSize int64) e
 	return nil
 }
 
+// Weights returns a copy of the base model's tensors (adapters not merged), by the names
+// transformers saves them under, each row-major in the checkpoint's shape
+// (hf.Config.Tensors). It is how another implementation of the same model, such as the GoMLX
+// graphs of agrl/learn/hfgraph, takes the weights without a round trip through files.
+func (m *Model) Weights() map[string][]float32 {
+	root := m
+	if m.root != nil {
+		root = m.root
+	}
+	w := root.weights()
+	for k, v := range w {
+		w[k] = append([]float32(nil), v...)
+	}
+	return w
+}
+
 // weights maps the name of each of m's tensors, as transformers saves it, to its values.
 func (m *Model) weights() map[string][]float32 {
 	w := map[string][]float32{"model.embed_tokens.weight": m.embed, "model.norm.weight": m.norm}

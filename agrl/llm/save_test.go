@@ -308,3 +308,35 @@ func mustLogits(t *testing.T, m *Model, ids []int32) [][]float32 {
 	}
 	return rows
 }
+
+// Weights returns copies of the base tensors, by transformers' names, whatever view it is
+// called on: writing into them changes nothing, and an adapted view reports the base.
+func TestWeightsAreBaseCopies(t *testing.T) {
+	m := loadVariant(t, "qwen3")
+	a, err := m.AddLoRA(allLinear(4, 8), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	view, err := m.WithAdapters(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, vw := m.Weights(), view.Weights()
+	if len(w) != len(m.Config().Tensors()) {
+		t.Fatalf("%d tensors, want %d", len(w), len(m.Config().Tensors()))
+	}
+	for _, spec := range m.Config().Tensors() {
+		n := 1
+		for _, d := range spec.Shape {
+			n *= d
+		}
+		if len(w[spec.Name]) != n || !slices.Equal(w[spec.Name], vw[spec.Name]) {
+			t.Fatalf("%s: %d values (want %d), view equal %v", spec.Name, len(w[spec.Name]), n, slices.Equal(w[spec.Name], vw[spec.Name]))
+		}
+	}
+	before := m.weights()["model.norm.weight"][0]
+	w["model.norm.weight"][0] = before + 1
+	if got := m.weights()["model.norm.weight"][0]; got != before {
+		t.Errorf("writing into Weights changed the model: %v -> %v", before, got)
+	}
+}

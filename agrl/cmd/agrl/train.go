@@ -146,7 +146,7 @@ func (f *trainFlags) register(fs interface {
 	fs.Uint64Var(&f.seed, "seed", r.Seed, "seed of everything")
 	fs.BoolVar(&f.dynamic, "dynamic", r.DynamicSampling, "dynamic sampling: refill groups whose rewards are all equal")
 	fs.IntVar(&f.curriculum, "curriculum", r.Curriculum, "adapt the task mix to the difficulties whose groups carried signal over the last N steps (0: the fixed mix)")
-	fs.IntVar(&f.screen, "screen", r.Screen, "task screening: draw N candidates per task and keep those whose groups are most likely to disagree, judged by the policy's likelihood of the expert's episode (0: off)")
+	fs.IntVar(&f.screen, "screen", r.Screen, "task screening: draw up to N candidates per task and keep those whose groups are most likely to disagree, judged by the policy's likelihood of the expert's and the guesser's successful episodes (0: off)")
 	fs.IntVar(&f.plateau, "stop-on-plateau", r.StopOnPlateau, "end GRPO early once dev success has not improved for N evaluations (0: run every step)")
 	fs.StringVar(&f.rubric, "rubric", "preset", "the environment's rubric: preset, or another it names (filesearch: naive; multihop: process, with a per-turn reward)")
 	fs.Float64Var(&f.gamma, "gamma", r.Gamma, "discount γ of the returns advantages come from (0 < γ <= 1)")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -66,6 +65,12 @@ func Load(store *model.Store, scope, dir string) (*Model, error) {
 	if err := cfg.Check(ck); err != nil {
 		return nil, fmt.Errorf("hfgraph: %s: %w", dir, err)
 	}
+	return fromTensors(store, scope, cfg, dir, ck.Float32s)
+}
+
+// fromTensors creates the base variables of cfg's model in store under scope, reading each
+// tensor of cfg.Tensors() with get; where names the source in errors.
+func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, get func(name string) ([]float32, error)) (*Model, error) {
 	if store == nil {
 		return nil, errors.New("hfgraph: nil store")
 	}
@@ -77,13 +82,13 @@ func Load(store *model.Store, scope, dir string) (*Model, error) {
 	}
 	m := &Model{state: &state{cfg: cfg, store: store, scope: scope, invFreq: cfg.InvFreq()}}
 	for _, spec := range cfg.Tensors() {
-		w, err := ck.Float32s(spec.Name)
+		w, err := get(spec.Name)
 		if err != nil {
-			return nil, fmt.Errorf("hfgraph: %s: %w", dir, err)
+			return nil, fmt.Errorf("hfgraph: %s: %w", where, err)
 		}
 		for i, v := range w {
 			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("hfgraph: %s: tensor %s: element %d is %v", dir, spec.Name, i, v)
+				return nil, fmt.Errorf("hfgraph: %s: tensor %s: element %d is %v", where, spec.Name, i, v)
 			}
 		}
 		dims := spec.Shape
@@ -110,27 +115,19 @@ func MustLoad(store *model.Store, scope, dir string) *Model {
 // FromLLM puts the weights of an agrl/llm model into new variables of store under scope, as
 // Load does for a checkpoint directory. If m is a view with adapters (llm.Model.WithAdapters),
 // they are copied too, as SetAdapters copies them, and the Model runs with them.
-//
-// agrl/llm does not expose a model's weights, so they go through a float32 Hugging Face
-// directory written to a temporary directory (exact: llm.Model.Save without adapters writes
-// every weight bit for bit) and read back; this takes the model's size on disk for a moment.
+// The base weights come from llm.Model.Weights, bit for bit.
 func FromLLM(store *model.Store, scope string, m *llm.Model) (*Model, error) {
 	if m == nil {
 		return nil, errors.New("hfgraph: FromLLM: nil model")
 	}
-	root, err := m.WithAdapters(nil)
-	if err != nil {
-		return nil, fmt.Errorf("hfgraph: FromLLM: %w", err)
-	}
-	dir, err := os.MkdirTemp("", "hfgraph-*")
-	if err != nil {
-		return nil, fmt.Errorf("hfgraph: FromLLM: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	if err := root.Save(dir, nil, hf.F32); err != nil {
-		return nil, fmt.Errorf("hfgraph: FromLLM: %w", err)
-	}
-	g, err := Load(store, scope, dir)
+	weights := m.Weights()
+	g, err := fromTensors(store, scope, m.Config(), "FromLLM", func(name string) ([]float32, error) {
+		w, ok := weights[name]
+		if !ok {
+			return nil, fmt.Errorf("the model has no tensor %s", name)
+		}
+		return w, nil
+	})
 	if err != nil {
 		return nil, err
 	}
