@@ -35,6 +35,8 @@ type GRPOSpec struct {
 	LM     LM
 	lmSet  bool
 	From   string
+	// Pretrained, when set, is the pretrained policy trained with LoRA (LM is then unused).
+	Pretrained *PretrainedLM
 	// warmStartless records WarmStartSteps(n > 0) called without a warm start (an error).
 	warmStartless int
 
@@ -378,11 +380,12 @@ func (g GRPO) Validate() error {
 			errs = append(errs, fmt.Errorf("demo mix: %w", err))
 		}
 	}
-	if g.s.From == "" {
+	errs = append(errs, g.pretrainedProblems()...)
+	if g.s.From == "" && g.s.Pretrained == nil {
 		if err := g.policyConfig().Validate(); err != nil {
 			errs = append(errs, err)
 		}
-	} else if _, err := os.Stat(g.s.From); err != nil {
+	} else if _, err := os.Stat(g.s.From); err != nil && g.s.From != "" {
 		add("checkpoint to start from: %v", err)
 	}
 	if g.s.SFT != nil {
@@ -470,7 +473,7 @@ func (g GRPO) Validate() error {
 	if g.s.MaxTurns < 0 || g.s.MaxTokens < 0 || g.s.MaxActionTokens < 0 {
 		add("negative turn or token limits (%d, %d, %d)", g.s.MaxTurns, g.s.MaxTokens, g.s.MaxActionTokens)
 	}
-	if g.s.LossNorm == ConstNorm && g.s.MaxTokens == 0 && g.s.From == "" && g.policyConfig().ContextLen() <= 0 {
+	if g.s.LossNorm == ConstNorm && g.s.MaxTokens == 0 && g.s.From == "" && g.s.Pretrained == nil && g.policyConfig().ContextLen() <= 0 {
 		add("dr-grpo loss normalisation needs a token budget")
 	}
 	if g.s.EvalEvery < 0 || g.s.TrajectoriesEvery < 0 || g.s.CheckpointEvery < 0 {
@@ -510,6 +513,7 @@ type GRPOConfig struct {
 	Rubric          []RewardTerm           `json:"rubric"`
 	Mix             map[Difficulty]float64 `json:"mix"`
 	Policy          LMRecord               `json:"policy"`
+	Pretrained      *PretrainedRecord      `json:"pretrained,omitempty"`
 	From            string                 `json:"from,omitempty"`
 	WarmStart       *WarmStartRecord       `json:"warm_start,omitempty"`
 	Group           int                    `json:"group"`
@@ -572,9 +576,14 @@ func (g GRPO) Resolved() GRPOConfig {
 		c.Gamma = g.s.Gamma
 	}
 	c.Mix = g.s.Mix.Fractions()
-	c.Policy = g.policyConfig().record()
-	if c.MaxTokens == 0 {
-		c.MaxTokens = g.policyConfig().ContextLen()
+	if g.s.Pretrained != nil {
+		c.Pretrained = g.s.Pretrained.record()
+		c.Policy = LMRecord{Backend: g.s.Pretrained.backend} // no Tiny model; MaxTokens 0 is the model's context
+	} else {
+		c.Policy = g.policyConfig().record()
+		if c.MaxTokens == 0 {
+			c.MaxTokens = g.policyConfig().ContextLen()
+		}
 	}
 	if g.s.SFT != nil {
 		ws := &WarmStartRecord{SFT: g.s.SFT.record(), Episodes: g.s.DemoEpisodes}

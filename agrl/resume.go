@@ -136,7 +136,8 @@ func flatJSON(v any) (map[string]any, error) {
 }
 
 // resumeFree are the settings a resume may change without the opt-in (see the comment above).
-var resumeFree = []string{"steps", "out", "eval_every", "checkpoint_every", "trajectories_every", "policy.backend"}
+var resumeFree = []string{"steps", "out", "eval_every", "checkpoint_every", "trajectories_every", "policy.backend",
+	"pretrained.backend", "pretrained.micro_batch"}
 
 // ResumeChanges compares the configuration a run directory stores (config.json, decoded) with
 // g's and splits the differences into those that need ResumeWithNewSettings (binding) and
@@ -225,7 +226,8 @@ func ConfigHistory(dir string) ([]ConfigChange, error) {
 func ModelChanges(changes []SettingChange) []SettingChange {
 	var out []SettingChange
 	for _, c := range changes {
-		if strings.HasPrefix(c.Setting, "policy.") && c.Setting != "policy.backend" && c.Setting != "policy.seed" {
+		if strings.HasPrefix(c.Setting, "policy.") && c.Setting != "policy.backend" && c.Setting != "policy.seed" ||
+			c.Setting == "pretrained" || strings.HasPrefix(c.Setting, "pretrained.") && !slices.Contains(resumeFree, c.Setting) {
 			out = append(out, c)
 		}
 	}

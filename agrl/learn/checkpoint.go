@@ -42,6 +42,8 @@ const (
 
 type policyJSON struct {
 	Format int       `json:"format"`
+	// Kind is "" for a Tiny policy and "pretrained" for a pretrained model's adapters.
+	Kind string `json:"kind,omitempty"`
 	LM     agrl.LM   `json:"lm"`
 	Saved  time.Time `json:"saved"`
 	// Stage, Step and SFTStep: see CheckpointInfo (absent in checkpoints saved by Policy.Save
@@ -117,6 +119,14 @@ func hook(stage string) error {
 func (p *Policy) Save(dir string) (string, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	return commitCheckpoint(dir, p.writeCheckpoint)
+}
+
+// commitCheckpoint creates a temporary directory in dir, has write fill it, and makes it the
+// newest checkpoint: synced, renamed to the next ckpt-N, then LATEST rewritten (through a
+// renamed temporary file). Older checkpoints beyond the two newest are pruned. A failure
+// leaves the previous checkpoints as they were.
+func commitCheckpoint(dir string, write func(tmp string) error) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("agrl: Save: %w", err)
 	}
@@ -124,7 +134,7 @@ func (p *Policy) Save(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("agrl: Save: %w", err)
 	}
-	final, err := p.writeCheckpoint(dir, tmp)
+	final, err := renameCheckpoint(dir, tmp, write)
 	if err != nil {
 		_ = os.RemoveAll(tmp)
 		return "", fmt.Errorf("agrl: Save to %s: %w", dir, err)
@@ -133,14 +143,15 @@ func (p *Policy) Save(dir string) (string, error) {
 	return final, nil
 }
 
-func (p *Policy) writeCheckpoint(dir, tmp string) (string, error) {
+// writeCheckpoint writes policy.json and the GoMLX checkpoint of the whole store into tmp.
+func (p *Policy) writeCheckpoint(tmp string) error {
 	meta, err := json.MarshalIndent(policyJSON{Format: policyFormat, LM: p.cfg, Saved: time.Now().UTC(),
 		Stage: p.mark.Stage, Step: p.mark.Step, SFTStep: p.mark.SFTStep}, "", "  ")
 	if err != nil {
-		return "", err
+		return err
 	}
 	if err := writeFileSync(filepath.Join(tmp, policyFile), meta); err != nil {
-		return "", err
+		return err
 	}
 	prevLoader := p.store.Loader()
 	err = catch(func() error {
@@ -151,7 +162,11 @@ func (p *Policy) writeCheckpoint(dir, tmp string) (string, error) {
 		return h.Save()
 	})
 	p.store.SetLoader(prevLoader)
-	if err != nil {
+	return err
+}
+
+func renameCheckpoint(dir, tmp string, write func(tmp string) error) (string, error) {
+	if err := write(tmp); err != nil {
 		return "", err
 	}
 	if err := hook("written"); err != nil {
@@ -372,6 +387,9 @@ func loadCheckpoint(ckdir, backend string) (*Policy, policyJSON, error) {
 	}
 	if err := json.Unmarshal(b, &meta); err != nil {
 		return nil, meta, fmt.Errorf("reading %s: %w", policyFile, err)
+	}
+	if meta.Kind == kindPretrained {
+		return nil, meta, errors.New("a checkpoint of a pretrained model's LoRA adapters, not of a Tiny policy (load it with LoadPretrained, or train it with GRPO.Pretrained)")
 	}
 	if meta.Format != policyFormat {
 		return nil, meta, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)

@@ -156,7 +156,7 @@ func TestGRPOLossMatchesReference(t *testing.T) {
 			}
 		}
 		batch := tr.batch(eps, perEpisode(adv), ref, []int{0, 1, 2, 3}, false)
-		st, err := tr.learner.Eval(batch)
+		st, err := tr.learner.(*Trainer).Eval(batch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +219,7 @@ func TestGRPOKLZeroNeedsNoReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := tr.learner.Eval(tr.batch(eps, perEpisode([]float64{1.5, -0.7, 0.3}), nil, []int{0, 1, 2}, true))
+	st, err := tr.learner.(*Trainer).Eval(tr.batch(eps, perEpisode([]float64{1.5, -0.7, 0.3}), nil, []int{0, 1, 2}, true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,9 +26,13 @@ type GRPOTrainer struct {
 	cfg      agrl.GRPOSpec
 	resolved agrl.GRPOConfig
 	run      *agrl.RunWriter
+	// model is the policy trained: policy (the Tiny model) or pre (a pretrained one), the
+	// other nil.
+	model    trainee
 	policy   *Policy
-	ref      *Policy
-	learner  *Trainer
+	pre      *PretrainedPolicy
+	ref      Model
+	learner  learner
 	env      agrl.Env
 	rubric   agrl.Rubric
 	splits   map[agrl.Split][]agrl.Task
@@ -78,7 +82,11 @@ var SFTCheckpointEvery = 2 * time.Minute
 // SFTCheckpointEvery) starts afresh. config.json is written only once the run can start: after
 // the starting policy has loaded.
 func Build(g agrl.GRPO) (*GRPOTrainer, error) {
-	if err := errors.Join(g.Validate(), backendProblem(g.Spec().LM.Spec().Backend)); err != nil {
+	backend := g.Spec().LM.Spec().Backend
+	if p := g.Spec().Pretrained; p != nil {
+		backend = p.Spec().Backend
+	}
+	if err := errors.Join(g.Validate(), backendProblem(backend)); err != nil {
 		return nil, err
 	}
 	s := g.Spec()
@@ -141,6 +149,18 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 	backend := s.LM.Spec().Backend
 	var err error
 	switch {
+	case s.Pretrained != nil:
+		from := ""
+		if resume {
+			from = ckdir
+		}
+		if t.pre, err = loadPretrained(*s.Pretrained, s.Seed, from, t.warn); err != nil {
+			if resume {
+				return fmt.Errorf("agrl: resuming %s: %w", s.Out, err)
+			}
+			return err
+		}
+		t.resumed = resume
 	case resume:
 		if t.policy, err = loadPolicy(ckdir, backend, t.warn); err != nil {
 			return fmt.Errorf("agrl: resuming %s: %w", s.Out, err)
@@ -154,6 +174,11 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 		if t.policy, err = NewPolicy(s.LM); err != nil {
 			return err
 		}
+	}
+	if t.pre != nil {
+		t.model = t.pre
+	} else {
+		t.model = t.policy
 	}
 	if err := t.drawSplits(); err != nil {
 		return err
@@ -207,8 +232,15 @@ func MustBuild(g agrl.GRPO) *GRPOTrainer {
 // OnStep replaces the per-step callback (for progress bars and live plots).
 func (t *GRPOTrainer) OnStep(fn func(agrl.Metrics)) { t.cfg.OnStep = fn }
 
-// Policy returns the policy being trained.
+// Policy returns the Tiny policy being trained (nil when the run trains a pretrained model:
+// see Pretrained and Model).
 func (t *GRPOTrainer) Policy() *Policy { return t.policy }
+
+// Pretrained returns the pretrained policy being trained (nil when the run trains a Tiny one).
+func (t *GRPOTrainer) Pretrained() *PretrainedPolicy { return t.pre }
+
+// Model returns the policy being trained, Tiny or pretrained.
+func (t *GRPOTrainer) Model() Model { return t.model }
 
 // Run returns the run directory writer.
 func (t *GRPOTrainer) Run() *agrl.RunWriter { return t.run }
@@ -256,7 +288,7 @@ func (t *GRPOTrainer) drawSplits() error {
 // A checkpoint of the warm start resumes SFT at its step; any other resumes GRPO at the step
 // read from the optimizer state.
 func (t *GRPOTrainer) restoreProgress() error {
-	info := t.policy.Checkpoint()
+	info := t.model.Checkpoint()
 	r, err := agrl.OpenRun(t.cfg.Out)
 	if err != nil {
 		r = &agrl.Run{Dir: t.cfg.Out}
@@ -322,7 +354,7 @@ func (t *GRPOTrainer) ensureLearner() error {
 	// A schedule without its own horizon decays over the whole run: every optimizer step of
 	// every GRPO step.
 	opt := t.cfg.Optimizer.ForSteps(t.cfg.Steps * t.cfg.Epochs * t.cfg.Minibatches)
-	l, err := t.policy.NewTrainer("grpo", loss, grpoValues, opt, t.cfg.Temperature)
+	l, err := t.model.newLearner("grpo", loss, grpoValues, opt, t.cfg.Temperature)
 	if err != nil {
 		return err
 	}
@@ -336,15 +368,9 @@ func (t *GRPOTrainer) ensureReference() error {
 	if t.ref != nil {
 		return nil
 	}
-	dir := filepath.Join(t.run.CheckpointDir(), "reference")
-	if len(Checkpoints(dir)) == 0 {
-		if _, err := t.policy.Save(dir); err != nil {
-			return fmt.Errorf("agrl: saving the reference policy: %w", err)
-		}
-	}
-	ref, err := LoadPolicy(dir, t.cfg.LM.Spec().Backend)
+	ref, err := t.model.reference(filepath.Join(t.run.CheckpointDir(), "reference"))
 	if err != nil {
-		return fmt.Errorf("agrl: loading the reference policy: %w", err)
+		return fmt.Errorf("agrl: the reference policy: %w", err)
 	}
 	t.ref = ref
 	return nil
@@ -379,7 +405,7 @@ func (t *GRPOTrainer) seedFor(purpose string, step int) uint64 {
 func (t *GRPOTrainer) WarmStart() (*agrl.SFTReport, error) { return t.warmStart(context.Background()) }
 
 func (t *GRPOTrainer) warmStart(ctx context.Context) (*agrl.SFTReport, error) {
-	evaluates := t.cfg.SFT != nil || t.cfg.From != ""
+	evaluates := t.cfg.SFT != nil || t.cfg.From != "" || t.pre != nil
 	if t.warmed || t.step > 0 {
 		if t.step == 0 && t.sft == nil && evaluates { // stopped during the start's evaluation
 			return nil, t.evaluateStart(ctx)
@@ -519,12 +545,12 @@ func (t *GRPOTrainer) demoEpisodes(ctx context.Context) ([]*agrl.Episode, []int,
 // EvaluateSplit plays k episodes of each task of the split with the current policy at the
 // evaluation temperature, scores them and summarises them.
 func (t *GRPOTrainer) EvaluateSplit(s agrl.Split, k int) (agrl.EvalResult, []*agrl.Episode, error) {
-	return EvaluatePolicy(t.policy, t.env, t.rubric, t.splits[s], k, t.rolloutOptions(false, t.seedFor("eval-"+s.String(), t.step)))
+	return EvaluatePolicy(t.model, t.env, t.rubric, t.splits[s], k, t.rolloutOptions(false, t.seedFor("eval-"+s.String(), t.step)))
 }
 
 // EvaluatePolicy plays k episodes of every task with the policy, scores them with the rubric and
 // summarises them (success, pass@k, mean reward, rates).
-func EvaluatePolicy(p *Policy, env agrl.Env, rubric agrl.Rubric, tasks []agrl.Task, k int, opt agrl.RolloutOptions) (agrl.EvalResult, []*agrl.Episode, error) {
+func EvaluatePolicy(p Model, env agrl.Env, rubric agrl.Rubric, tasks []agrl.Task, k int, opt agrl.RolloutOptions) (agrl.EvalResult, []*agrl.Episode, error) {
 	if k < 1 {
 		return agrl.EvalResult{}, nil, fmt.Errorf("agrl: evaluation needs k >= 1, got %d", k)
 	}
@@ -580,7 +606,7 @@ func (t *GRPOTrainer) evaluateAll(ctx context.Context, label string, step int) (
 
 func (t *GRPOTrainer) writeSummary(status string) error {
 	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step,
-		Backend: t.policy.BackendConfig(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status}
+		Backend: t.model.BackendConfig(), WallSeconds: t.wallSeconds(), SFT: t.sft, Status: status}
 	if status != "completed" && status != "warm-started" {
 		s.Resume = t.ResumePoint()
 	}
@@ -685,7 +711,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step, Backend: t.policy.BackendConfig(),
+	s := agrl.Summary{Env: t.env.Name(), Seed: t.cfg.Seed, Steps: t.step, Backend: t.model.BackendConfig(),
 		WallSeconds: t.wallSeconds(), SFT: t.sft, Final: final, Status: "completed", StoppedEarly: stopped}
 	if err := t.run.WriteSummary(s); err != nil {
 		return nil, err
@@ -711,15 +737,15 @@ func (t *GRPOTrainer) result() *TrainResult { return &TrainResult{History: t.his
 // GRPO step after it).
 func (t *GRPOTrainer) checkpoint() error {
 	where := fmt.Sprintf("step %d", t.step)
-	t.policy.mark = checkpointMark{Stage: StageGRPO, Step: t.step}
+	mark := checkpointMark{Stage: StageGRPO, Step: t.step}
 	if t.inSFT {
 		where = fmt.Sprintf("warm-start SFT step %d", t.sftDone)
-		t.policy.mark = checkpointMark{Stage: StageSFT, SFTStep: t.sftDone}
+		mark = checkpointMark{Stage: StageSFT, SFTStep: t.sftDone}
 	}
-	if err := t.policy.checkFinite(); err != nil {
+	if err := t.model.checkFinite(); err != nil {
 		return fmt.Errorf("agrl: checkpoint at %s not saved: %w; the last good checkpoint is in %s", where, err, t.run.CheckpointDir())
 	}
-	if _, err := t.policy.Save(t.run.CheckpointDir()); err != nil {
+	if _, err := t.model.saveMarked(t.run.CheckpointDir(), mark); err != nil {
 		return fmt.Errorf("agrl: checkpoint at %s: %w", where, err)
 	}
 	t.unsaved = false
@@ -963,7 +989,7 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, [][]float64
 				batch = append(batch, task)
 			}
 		}
-		got, rst, err := t.policy.Rollout(t.env, batch, t.rolloutOptions(true, t.seedFor(fmt.Sprintf("rollout-%d", round), step)))
+		got, rst, err := t.model.Rollout(t.env, batch, t.rolloutOptions(true, t.seedFor(fmt.Sprintf("rollout-%d", round), step)))
 		if err != nil {
 			return nil, nil, nil, st, err
 		}

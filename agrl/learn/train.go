@@ -256,29 +256,46 @@ func (t *Trainer) evalGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 // updateGraph adds up the pieces' gradients (inputs: lr, then pieces × weights gradients),
 // applies AdamW and returns the global gradient norm before clipping.
 func (t *Trainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
-	p, o := t.p, t.opt.Spec()
-	g := in[0].Graph()
+	p := t.p
 	lr := in[0]
 	specs := p.arch.weightSpecs()
 	nw := len(specs)
 	shards := (len(in) - 1) / nw
-	grads := make([]*graph.Node, nw)
-	for i := range nw {
-		grads[i] = in[1+i]
-		for s := 1; s < shards; s++ {
-			grads[i] = graph.Add(grads[i], in[1+s*nw+i])
+	vars := p.weightVars()
+	params := make([]adamParam, nw)
+	for i, s := range specs {
+		gr := in[1+i]
+		for sh := 1; sh < shards; sh++ {
+			gr = graph.Add(gr, in[1+sh*nw+i])
 		}
+		params[i] = adamParam{w: vars[i], grad: gr, decay: decays(s.name),
+			m: p.store.GetVariable(t.statePath("m", s.name)), v: p.store.GetVariable(t.statePath("v", s.name))}
 	}
+	return []*graph.Node{adamW(t.opt.Spec(), lr, p.store.GetVariable(t.statePath("step")), params)}
+}
+
+// adamParam is one weight of an AdamW step: its variable, its moment variables, its gradient
+// (summed over shards and micro-batches) and whether weight decay applies to it.
+type adamParam struct {
+	w, m, v *model.Variable
+	grad    *graph.Node
+	decay   bool
+}
+
+// adamW builds one AdamW step in lr's graph: the global gradient norm (returned, before
+// clipping), clipping to o.ClipNorm, the step counter and moments updated with bias
+// corrections folded into the step size, and decoupled weight decay on the weights that decay.
+func adamW(o agrl.AdamWSpec, lr *graph.Node, stepVar *model.Variable, params []adamParam) *graph.Node {
+	g := lr.Graph()
 	sumSq := graph.Const(g, float32(0))
-	for _, gr := range grads {
-		sumSq = graph.Add(sumSq, graph.ReduceAllSum(graph.Square(gr)))
+	for _, p := range params {
+		sumSq = graph.Add(sumSq, graph.ReduceAllSum(graph.Square(p.grad)))
 	}
 	norm := graph.Sqrt(sumSq)
 	scale := graph.Const(g, float32(1))
 	if o.ClipNorm > 0 { // scale = min(1, clip / norm)
 		scale = graph.Min(scale, graph.Div(graph.Const(g, float32(o.ClipNorm)), graph.Add(norm, graph.Const(g, float32(1e-6)))))
 	}
-	stepVar := p.store.GetVariable(t.statePath("step"))
 	step := graph.Add(stepVar.NodeValue(g), graph.Const(g, float32(1)))
 	stepVar.SetNodeValue(step)
 	c := func(v float64) *graph.Node { return graph.Const(g, float32(v)) }
@@ -288,22 +305,20 @@ func (t *Trainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	corr2 := graph.OneMinus(graph.Pow(b2, step))
 	stepSize := graph.Div(graph.Mul(lr, graph.Sqrt(corr2)), corr1)
 	epsHat := graph.Mul(c(o.Eps), graph.Sqrt(corr2))
-	vars := p.weightVars()
-	for i, s := range specs {
-		w := vars[i].NodeValue(g)
-		gr := graph.Mul(grads[i], scale)
-		mVar, vVar := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
-		m := graph.Add(graph.Mul(b1, mVar.NodeValue(g)), graph.Mul(c(1-o.Beta1), gr))
-		v := graph.Add(graph.Mul(b2, vVar.NodeValue(g)), graph.Mul(c(1-o.Beta2), graph.Square(gr)))
-		mVar.SetNodeValue(m)
-		vVar.SetNodeValue(v)
+	for _, p := range params {
+		w := p.w.NodeValue(g)
+		gr := graph.Mul(p.grad, scale)
+		m := graph.Add(graph.Mul(b1, p.m.NodeValue(g)), graph.Mul(c(1-o.Beta1), gr))
+		v := graph.Add(graph.Mul(b2, p.v.NodeValue(g)), graph.Mul(c(1-o.Beta2), graph.Square(gr)))
+		p.m.SetNodeValue(m)
+		p.v.SetNodeValue(v)
 		upd := graph.Mul(stepSize, graph.Div(m, graph.Add(graph.Sqrt(v), epsHat)))
-		if o.WeightDecay > 0 && decays(s.name) {
+		if o.WeightDecay > 0 && p.decay {
 			upd = graph.Add(upd, graph.Mul(graph.Mul(lr, c(o.WeightDecay)), w))
 		}
-		vars[i].SetNodeValue(graph.Sub(w, upd))
+		p.w.SetNodeValue(graph.Sub(w, upd))
 	}
-	return []*graph.Node{norm}
+	return norm
 }
 
 // validate checks a batch against the trainer's value names.

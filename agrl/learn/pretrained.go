@@ -1,0 +1,723 @@
+package learn
+
+import (
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/learn/hfgraph"
+	"agrl.dev/agrl/llm"
+	"agrl.dev/agrl/llm/agent"
+
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gomlx/compute"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// PretrainedPolicy is a pretrained Hugging Face model (agrl.Pretrained) as a GRPO policy: the
+// checkpoint's weights, frozen, plus trainable LoRA adapters. It implements Model, so the GRPO
+// trainer, its loss, evaluation and run directory are the Tiny model's.
+//
+//   - Sampling plays the environment in the model's own chat and tool-call format through
+//     agrl/llm/agent (token-in, token-out: an episode's Tokens are the prompt's ids, the ids
+//     sampled and the observations' ids appended, never a re-encoded transcript), on the host
+//     with agrl/llm's forward pass and the current adapters.
+//   - Scoring and training run the same decoder as GoMLX graphs (agrl/learn/hfgraph) on the
+//     configured backend: per-token log-probs agree with the sampler's to about 1e-6.
+//   - The KL reference is the base model (adapters off): no second copy of the weights.
+//   - A checkpoint holds the adapters in PEFT's format (adapter_config.json and
+//     adapter_model.safetensors, readable by PEFT and by llm.LoadAdapters), the optimizer
+//     state and policy.json; resuming restores both bit for bit.
+//
+// Make one with LoadPretrained; a GRPO run with GRPO.Pretrained makes its own.
+type PretrainedPolicy struct {
+	spec          agrl.PretrainedSpec
+	cfg           hf.Config
+	base          *llm.Model    // the checkpoint's weights on the host, for sampling
+	agent         *agent.Policy // the base model in its chat format (no adapters)
+	backend       compute.Backend
+	backendConfig string
+	store         *model.Store
+	graph         *hfgraph.Model // base + adapters, in the store
+
+	mu        sync.Mutex
+	host      *llm.Adapters // the adapters as the sampler reads them
+	stale     bool          // the store's adapters changed since host was copied
+	scoreExec map[bool]*model.Exec
+	loaded    CheckpointInfo
+	// optState holds the optimizer state read from a checkpoint, until a learner takes it.
+	optState map[string][]float32
+}
+
+// pretrainedScope is the store scope of the model's variables.
+const pretrainedScope = "/hf"
+
+// LoadPretrained loads the model directory of p and adds fresh LoRA adapters (B zero: the
+// policy starts as the pretrained model, bit for bit; A drawn from seed, as PEFT initialises
+// it).
+func LoadPretrained(p agrl.PretrainedLM, seed uint64) (*PretrainedPolicy, error) {
+	return loadPretrained(p, seed, "", nil)
+}
+
+// MustLoadPretrained is LoadPretrained for notebooks: it panics on error.
+func MustLoadPretrained(p agrl.PretrainedLM, seed uint64) *PretrainedPolicy {
+	pp, err := LoadPretrained(p, seed)
+	if err != nil {
+		panic(err)
+	}
+	return pp
+}
+
+// loadPretrained is LoadPretrained, resuming from the newest loadable checkpoint of ckdir when
+// ckdir is not "" (warn hears about damaged checkpoints skipped).
+func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(string)) (*PretrainedPolicy, error) {
+	if err := errors.Join(p.Validate(), backendProblem(p.Spec().Backend)); err != nil {
+		return nil, err
+	}
+	s := p.Spec()
+	pol, err := agent.Load(s.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: loading %s: %w", s.Dir, err)
+	}
+	if s.System != "" {
+		pol = pol.System(s.System)
+	}
+	backend, err := NewBackend(s.Backend)
+	if err != nil {
+		return nil, err
+	}
+	bc, _ := ParseBackend(s.Backend)
+	pp := &PretrainedPolicy{spec: s, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
+		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[bool]*model.Exec{}}
+	if pp.graph, err = hfgraph.FromLLM(pp.store, pretrainedScope, pp.base); err != nil {
+		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
+	}
+	if err := pp.graph.AddLoRA(s.LoRA, seed); err != nil {
+		return nil, fmt.Errorf("agrl: %w", err)
+	}
+	if pp.host, err = pp.graph.Adapters(pp.base); err != nil {
+		return nil, err
+	}
+	pp.host.BaseModel = s.Dir
+	if ckdir == "" {
+		return pp, nil
+	}
+	var errs []error
+	var skipped []string
+	for _, c := range Checkpoints(ckdir) {
+		meta, err := pp.restore(c)
+		if err == nil {
+			pp.loaded = CheckpointInfo{Dir: c, Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep, Skipped: skipped}
+			if w := pp.loaded.Warning(); w != "" && warn != nil {
+				warn(w)
+			}
+			return pp, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(c), err))
+		skipped = append(skipped, fmt.Sprintf("%s: %v", filepath.Base(c), err))
+	}
+	return nil, fmt.Errorf("agrl: no loadable checkpoint in %s: %w", ckdir, errors.Join(errs...))
+}
+
+// Spec returns the policy's settings.
+func (p *PretrainedPolicy) Spec() agrl.PretrainedSpec { return p.spec }
+
+// Config returns the model's configuration (its config.json).
+func (p *PretrainedPolicy) Config() hf.Config { return p.cfg }
+
+// BackendConfig names the compute backend of scoring and training.
+func (p *PretrainedPolicy) BackendConfig() string { return p.backendConfig }
+
+// Checkpoint says which checkpoint the adapters were restored from (zero for fresh ones).
+func (p *PretrainedPolicy) Checkpoint() CheckpointInfo { return p.loaded }
+
+// Graph returns the GoMLX model (base weights and adapters) that scoring and training use.
+func (p *PretrainedPolicy) Graph() *hfgraph.Model { return p.graph }
+
+// Agent returns the sampling policy with the current adapters (agrl/llm/agent).
+func (p *PretrainedPolicy) Agent() (*agent.Policy, error) {
+	a, err := p.Adapters()
+	if err != nil {
+		return nil, err
+	}
+	return p.agent.Adapters(a)
+}
+
+// Adapters returns a copy of the current LoRA adapters (save them with Adapters.Save for PEFT,
+// or merge them into a model directory with SaveMerged).
+func (p *PretrainedPolicy) Adapters() (*llm.Adapters, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.syncHost(); err != nil {
+		return nil, err
+	}
+	return p.host.Clone(), nil
+}
+
+// SaveAdapters writes the current adapters to dir in PEFT's format.
+func (p *PretrainedPolicy) SaveAdapters(dir string) error {
+	a, err := p.Adapters()
+	if err != nil {
+		return err
+	}
+	return a.Save(dir)
+}
+
+// SaveMerged writes the model with the adapters merged into its weights as a Hugging Face model
+// directory (config.json, safetensors, the tokenizer files), in dtype (hf.F32 reads back bit
+// for bit).
+func (p *PretrainedPolicy) SaveMerged(dir string, dtype hf.DType) error {
+	a, err := p.Adapters()
+	if err != nil {
+		return err
+	}
+	return p.base.Save(dir, a, dtype)
+}
+
+// syncHost copies the store's adapters to the sampler's copy if they changed (p.mu held).
+func (p *PretrainedPolicy) syncHost() error {
+	if !p.stale {
+		return nil
+	}
+	if err := p.graph.ExportAdapters(p.host); err != nil {
+		return err
+	}
+	p.stale = false
+	return nil
+}
+
+// Rollout plays one episode per task in the model's chat format with the current adapters
+// (see agent.Policy.Rollout). opt.MaxTokens 0 means the model's context.
+func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	pol, err := p.Agent()
+	if err != nil {
+		return nil, agrl.RolloutStats{}, err
+	}
+	return pol.Rollout(env, tasks, opt)
+}
+
+// Score computes per-token log-probabilities and entropies with the adapters (the contract of
+// Policy.Score: entry i is about token i+1).
+func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	return p.score(seqs, temperature, false)
+}
+
+// BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference.
+func (p *PretrainedPolicy) BaseModel() Model { return pretrainedBase{p} }
+
+// pretrainedBase is the base view of a PretrainedPolicy (adapters off).
+type pretrainedBase struct{ p *PretrainedPolicy }
+
+func (b pretrainedBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	return b.p.agent.Rollout(env, tasks, opt)
+}
+func (b pretrainedBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	return b.p.score(seqs, temperature, true)
+}
+func (b pretrainedBase) BackendConfig() string      { return b.p.backendConfig }
+func (b pretrainedBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
+
+func (p *PretrainedPolicy) reference(string) (Model, error) { return p.BaseModel(), nil }
+
+// checkSeqs validates sequences for scoring and training.
+func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
+	var errs []error
+	v, ctx := int32(p.cfg.VocabSize), p.cfg.MaxPositionEmbeddings
+	for i, s := range seqs {
+		switch {
+		case len(s) < 2:
+			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; want at least 2", i, len(s)))
+		case len(s) > ctx:
+			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), ctx))
+		}
+		for j, t := range s {
+			if t < 0 || t >= v {
+				errs = append(errs, fmt.Errorf("sequence %d token %d is %d, outside the vocabulary [0,%d)", i, j, t, v))
+				break
+			}
+		}
+		if len(errs) > 10 {
+			break
+		}
+	}
+	if len(seqs) == 0 {
+		errs = append(errs, errors.New("no sequences"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: bad token sequences: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// chunks splits n sequences into micro-batches of the configured size.
+func (p *PretrainedPolicy) chunks(n int) [][2]int {
+	var out [][2]int
+	for i := 0; i < n; i += p.spec.MicroBatch {
+		out = append(out, [2]int{i, min(n, i+p.spec.MicroBatch)})
+	}
+	return out
+}
+
+// pad lays seqs out as a micro-batch: MicroBatch rows (empty rows have length 0) of a
+// padLenBuckets width, so that graphs compile for a few shapes only.
+func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor, width int, err error) {
+	longest := 0
+	for _, s := range seqs {
+		longest = max(longest, len(s))
+	}
+	width = padLen(longest, p.cfg.MaxPositionEmbeddings)
+	rows := make([][]int32, p.spec.MicroBatch)
+	copy(rows, seqs)
+	for i := len(seqs); i < len(rows); i++ {
+		rows[i] = []int32{}
+	}
+	tokens, lengths, err = hfgraph.Pad(rows, width)
+	return tokens, lengths, width, err
+}
+
+func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
+	var e *model.Exec
+	err := catch(func() error {
+		var err error
+		e, err = model.NewExec(p.backend, p.store, fn)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agrl: building %s executor: %w", name, err)
+	}
+	e.SetMaxCache(maxExecCache)
+	return e, nil
+}
+
+func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, base bool) ([]TokenScores, error) {
+	if err := p.checkSeqs(seqs); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.scoreExec[base]
+	if e == nil {
+		m := p.graph
+		if base {
+			m = m.Base()
+		}
+		var err error
+		e, err = p.newExec("score", func(_ *model.Scope, in []*graph.Node) []*graph.Node {
+			logp, ent, _ := m.TokenStats(in[0], in[1], in[2])
+			return []*graph.Node{logp, ent}
+		})
+		if err != nil {
+			return nil, err
+		}
+		p.scoreExec[base] = e
+	}
+	invT := invTemperature(temperature)
+	out := make([]TokenScores, len(seqs))
+	for _, c := range p.chunks(len(seqs)) {
+		tok, lens, width, err := p.pad(seqs[c[0]:c[1]])
+		if err != nil {
+			return nil, err
+		}
+		res, err := call(e, tok, lens, invT)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: Score: %w", err)
+		}
+		logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
+		for i := c[0]; i < c[1]; i++ {
+			r, n := (i-c[0])*(width-1), len(seqs[i])-1
+			out[i] = TokenScores{LogProbs: slices.Clone(logp[r : r+n]), Entropy: slices.Clone(ent[r : r+n])}
+		}
+		for _, r := range res {
+			_ = r.FinalizeAll()
+		}
+	}
+	return out, nil
+}
+
+// checkFinite reports an adapter weight that holds NaN or Inf.
+func (p *PretrainedPolicy) checkFinite() error {
+	for _, v := range p.graph.AdapterVariables() {
+		val, err := v.Value()
+		if err != nil {
+			return err
+		}
+		for _, x := range tensors.MustCopyFlatData[float32](val) {
+			if bad(float64(x)) {
+				return fmt.Errorf("adapter %s holds %v", v.Path(), x)
+			}
+		}
+	}
+	return nil
+}
+
+// pretrainedTrainer takes AdamW steps on a PretrainedPolicy's adapters: the gradients of each
+// micro-batch are added up on the host, then one update graph applies them. Its state lives in
+// the policy's store under /opt/<name>.
+type pretrainedTrainer struct {
+	p        *PretrainedPolicy
+	name     string
+	opt      agrl.AdamW
+	loss     LossFunc
+	values   []string
+	invT     float32
+	gradExec *model.Exec
+	updExec  *model.Exec
+	metrics  []string
+	once     sync.Once
+}
+
+func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []string, opt agrl.AdamW, temperature float64) (learner, error) {
+	if err := opt.Validate(); err != nil {
+		return nil, fmt.Errorf("agrl: NewTrainer: %w", err)
+	}
+	if loss == nil || !(temperature > 0) {
+		return nil, errors.New("agrl: NewTrainer: nil loss or temperature not > 0")
+	}
+	vals := slices.Clone(values)
+	slices.Sort(vals)
+	t := &pretrainedTrainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature)}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	create := func(path string, shape shapes.Shape) error {
+		if p.store.GetVariable(path) != nil {
+			return nil
+		}
+		val := tensors.FromShape(shape)
+		if saved, ok := p.optState[path]; ok {
+			if len(saved) != shape.Size() {
+				return fmt.Errorf("agrl: optimizer state %s has %d values for shape %s", path, len(saved), shape)
+			}
+			val = tensors.FromFlatDataAndDimensions(slices.Clone(saved), shape.Dimensions...)
+		}
+		return catch(func() error {
+			v, err := p.store.CreateVariable(path, val)
+			if err == nil {
+				v.SetTrainable(false)
+			}
+			return err
+		})
+	}
+	if err := create(t.statePath("step"), shapes.Make(dtypes.Float32)); err != nil {
+		return nil, err
+	}
+	for _, v := range p.graph.AdapterVariables() {
+		for _, m := range []string{"m", "v"} {
+			if err := create(t.statePath(m)+v.Path(), v.Shape()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return t, nil
+}
+
+func (t *pretrainedTrainer) statePath(parts ...string) string {
+	return model.JoinPath(append([]string{optScope, t.name}, parts...)...)
+}
+
+// Steps returns the number of optimizer steps taken (restored from checkpoints).
+func (t *pretrainedTrainer) Steps() int {
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
+	return t.steps()
+}
+
+func (t *pretrainedTrainer) steps() int {
+	v := t.p.store.GetVariable(t.statePath("step"))
+	if v == nil {
+		return 0
+	}
+	val, err := v.Value()
+	if err != nil {
+		return 0
+	}
+	return int(tensors.MustCopyFlatData[float32](val)[0])
+}
+
+// gradGraph: inputs tokens [B, T], lengths [B], one [B, T] per value, one scalar sum per
+// value; outputs the loss, the metrics and the gradient of every adapter variable.
+func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	g := in[0].Graph()
+	tl := in[0].Shape().Dimensions[1]
+	logp, ent, valid := t.p.graph.TokenStats(in[0], in[1], graph.Const(g, t.invT))
+	shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
+	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: graph.ZerosLike(logp), Valid: valid,
+		Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
+	nv := len(t.values)
+	for i, name := range t.values {
+		li.Values[name] = shift(in[2+i])
+		li.Sums[name] = in[2+nv+i]
+	}
+	loss, ms := t.loss(li)
+	if loss == nil || !loss.Shape().IsScalar() {
+		panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
+	}
+	names := make([]string, 0, len(ms))
+	for k := range ms {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	t.once.Do(func() { t.metrics = names })
+	out := []*graph.Node{loss}
+	for _, k := range t.metrics {
+		out = append(out, graph.ConvertDType(ms[k], dtypes.Float32))
+	}
+	vars := t.p.graph.AdapterVariables()
+	nodes := make([]*graph.Node, len(vars))
+	for i, v := range vars {
+		nodes[i] = v.NodeValue(g)
+	}
+	return append(out, graph.Gradient(loss, nodes...)...)
+}
+
+// updateGraph: inputs lr and one summed gradient per adapter variable; applies AdamW (no
+// weight decay on LoRA factors unless configured: they all decay alike) and returns the norm.
+func (t *pretrainedTrainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	store := t.p.store
+	vars := t.p.graph.AdapterVariables()
+	params := make([]adamParam, len(vars))
+	for i, v := range vars {
+		params[i] = adamParam{w: v, grad: in[1+i], decay: true,
+			m: store.GetVariable(t.statePath("m") + v.Path()), v: store.GetVariable(t.statePath("v") + v.Path())}
+	}
+	return []*graph.Node{adamW(t.opt.Spec(), in[0], store.GetVariable(t.statePath("step")), params)}
+}
+
+// Step takes one optimizer step on the batch: gradients micro-batch by micro-batch, added up,
+// then one AdamW update of the adapters.
+func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
+	start := time.Now()
+	p := t.p
+	if err := p.checkSeqs(b.Tokens); err != nil {
+		return agrl.StepStats{}, err
+	}
+	for _, name := range t.values {
+		vs, ok := b.Values[name]
+		if !ok || len(vs) != len(b.Tokens) {
+			return agrl.StepStats{}, fmt.Errorf("agrl: train batch: value %q missing or with %d rows for %d sequences", name, len(vs), len(b.Tokens))
+		}
+		for i := range vs {
+			if len(vs[i]) != len(b.Tokens[i]) {
+				return agrl.StepStats{}, fmt.Errorf("agrl: train batch: value %q row %d has %d entries for %d tokens", name, i, len(vs[i]), len(b.Tokens[i]))
+			}
+		}
+	}
+	// Whole-batch sums over the real target tokens (positions 1..n-1), as LossInputs.Sums.
+	sums := make([]float32, len(t.values))
+	n := 0
+	for i, s := range b.Tokens {
+		n += len(s) - 1
+		for k, name := range t.values {
+			for _, v := range b.Values[name][i][1:] {
+				sums[k] += v
+			}
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var err error
+	if t.gradExec == nil {
+		if t.gradExec, err = p.newExec("pretrained-grad", t.gradGraph); err != nil {
+			return agrl.StepStats{}, err
+		}
+	}
+	if t.updExec == nil {
+		if t.updExec, err = p.newExec("pretrained-update", t.updateGraph); err != nil {
+			return agrl.StepStats{}, err
+		}
+	}
+	vars := p.graph.AdapterVariables()
+	grads := make([][]float32, len(vars))
+	var st agrl.StepStats
+	for _, c := range p.chunks(len(b.Tokens)) {
+		tok, lens, width, err := p.pad(b.Tokens[c[0]:c[1]])
+		if err != nil {
+			return agrl.StepStats{}, err
+		}
+		args := []any{tok, lens}
+		for _, name := range t.values {
+			flat := make([]float32, p.spec.MicroBatch*width)
+			for i, row := range b.Values[name][c[0]:c[1]] {
+				copy(flat[i*width:], row)
+			}
+			args = append(args, tensors.FromFlatDataAndDimensions(flat, p.spec.MicroBatch, width))
+		}
+		for _, s := range sums {
+			args = append(args, s)
+		}
+		outs, err := call(t.gradExec, args...)
+		if err != nil {
+			return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+		}
+		st.Loss += float64(tensors.MustCopyFlatData[float32](outs[0])[0])
+		if len(t.metrics) > 0 && st.Metrics == nil {
+			st.Metrics = map[string]float64{}
+		}
+		for i, k := range t.metrics {
+			st.Metrics[k] += float64(tensors.MustCopyFlatData[float32](outs[1+i])[0])
+		}
+		for i, o := range outs[1+len(t.metrics):] {
+			gr := tensors.MustCopyFlatData[float32](o)
+			if grads[i] == nil {
+				grads[i] = gr
+			} else {
+				for j, x := range gr {
+					grads[i][j] += x
+				}
+			}
+		}
+		for _, o := range outs {
+			_ = o.FinalizeAll()
+		}
+	}
+	step := t.steps() + 1
+	lr := t.opt.LearningRate(step)
+	st.Step, st.LR, st.Tokens = step, lr, n
+	st.GradNorm = math.NaN()
+	if !finite(st.Loss) {
+		st.Seconds = time.Since(start).Seconds()
+		return st, fmt.Errorf("agrl: train step %d: loss %v", step, st.Loss)
+	}
+	args := []any{float32(lr)}
+	for i, v := range vars {
+		args = append(args, tensors.FromFlatDataAndDimensions(grads[i], v.Shape().Dimensions...))
+	}
+	res, err := call(t.updExec, args...)
+	if err != nil {
+		return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
+	}
+	st.GradNorm = float64(tensors.MustCopyFlatData[float32](res[0])[0])
+	p.stale = true
+	st.Seconds = time.Since(start).Seconds()
+	if math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
+		return st, fmt.Errorf("agrl: train step %d: grad norm %v", step, st.GradNorm)
+	}
+	return st, nil
+}
+
+// Checkpoints of a pretrained policy: policy.json (kind "pretrained"), the adapters in PEFT's
+// format and optimizer.safetensors (every variable under /opt, by store path).
+const (
+	kindPretrained = "pretrained"
+	optimizerFile  = "optimizer.safetensors"
+)
+
+// pretrainedJSON is policy.json of a pretrained policy's checkpoint.
+type pretrainedJSON struct {
+	Format int       `json:"format"`
+	Kind   string    `json:"kind"`
+	Model  string    `json:"model"`
+	Arch   string    `json:"architecture"`
+	Saved  time.Time `json:"saved"`
+	Rank   int       `json:"lora_rank"`
+	Alpha  float64   `json:"lora_alpha"`
+	// Targets are the adapted modules, in llm.LoRAModules order.
+	Targets []string `json:"lora_targets"`
+	Stage   string   `json:"stage,omitempty"`
+	Step    int      `json:"step,omitempty"`
+	SFTStep int      `json:"sft_step,omitempty"`
+}
+
+// Save writes the adapters and the optimizer state as a new checkpoint in dir, atomically,
+// keeping the two newest (see Policy.Save for the layout of a checkpoint directory).
+func (p *PretrainedPolicy) Save(dir string) (string, error) {
+	return p.saveMarked(dir, checkpointMark{Stage: p.loaded.Stage, Step: p.loaded.Step, SFTStep: p.loaded.SFTStep})
+}
+
+func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.syncHost(); err != nil {
+		return "", err
+	}
+	lora := p.graph.LoRA()
+	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.spec.Dir, Arch: p.cfg.Architecture,
+		Saved: time.Now().UTC(), Rank: lora.Rank, Alpha: lora.Alpha, Targets: lora.TargetModules,
+		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep}
+	return commitCheckpoint(dir, func(tmp string) error {
+		b, err := json.MarshalIndent(meta, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := writeFileSync(filepath.Join(tmp, policyFile), b); err != nil {
+			return err
+		}
+		if err := p.host.Save(tmp); err != nil {
+			return err
+		}
+		opt := map[string]hf.Tensor{}
+		for v := range p.store.IterVariables() {
+			if len(v.Path()) <= len(optScope) || v.Path()[:len(optScope)+1] != optScope+"/" {
+				continue
+			}
+			val, err := v.Value()
+			if err != nil {
+				return err
+			}
+			data := tensors.MustCopyFlatData[float32](val)
+			dims := v.Shape().Dimensions
+			if len(dims) == 0 {
+				dims = []int{1}
+			}
+			opt[v.Path()] = hf.F32Tensor(data, dims...)
+		}
+		return hf.WriteFile(filepath.Join(tmp, optimizerFile), opt, map[string]string{"format": "agrl-optimizer"})
+	})
+}
+
+// restore reads a checkpoint written by saveMarked into p: the adapters into the store (and
+// the sampler's copy), the optimizer state for the learner to take.
+func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
+	var meta pretrainedJSON
+	b, err := os.ReadFile(filepath.Join(ckdir, policyFile))
+	if err != nil {
+		return meta, err
+	}
+	if err := json.Unmarshal(b, &meta); err != nil {
+		return meta, fmt.Errorf("reading %s: %w", policyFile, err)
+	}
+	if meta.Kind != kindPretrained {
+		return meta, errors.New("a checkpoint of a Tiny policy, not of a pretrained one")
+	}
+	if meta.Format != policyFormat {
+		return meta, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)
+	}
+	a, err := llm.LoadAdapters(ckdir, p.base)
+	if err != nil {
+		return meta, err
+	}
+	if err := p.graph.SetAdapters(a); err != nil {
+		return meta, err
+	}
+	a.BaseModel = p.spec.Dir
+	f, err := hf.Open(filepath.Join(ckdir, optimizerFile))
+	if err != nil {
+		return meta, err
+	}
+	defer f.Close()
+	state := map[string][]float32{}
+	for _, name := range f.Names() {
+		v, err := f.Float32s(name)
+		if err != nil {
+			return meta, err
+		}
+		for _, x := range v {
+			if bad(float64(x)) {
+				return meta, fmt.Errorf("%s: optimizer state %s holds %v", optimizerFile, name, x)
+			}
+		}
+		state[name] = v
+	}
+	p.host, p.stale, p.optState = a, false, state
+	return meta, nil
+}

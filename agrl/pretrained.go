@@ -1,0 +1,181 @@
+package agrl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
+)
+
+// PretrainedLM configures a pretrained open-weight model — a Hugging Face model directory of
+// the Llama 3.x / SmolLM2, Qwen2/2.5 or Qwen3 families — as the policy of a GRPO run, trained
+// through LoRA adapters (the base weights stay frozen; the KL reference is the base with the
+// adapters off, so it costs no second copy). It is a value: every setter returns a copy.
+//
+//	g := calc.Recipe().Pretrained(agrl.Pretrained("models/Qwen3-0.6B").LoRA(16, 32))
+//
+// The learner (agrl.dev/agrl/learn) loads it: the model talks its own chat and tool-call format
+// (agrl/chat), and the episodes it trains on are the token ids it sampled (token-in,
+// token-out). The defaults are PEFT's usual choice for RL fine-tuning: rank 16, alpha 32, no
+// dropout, every linear projection of every layer (q, k, v, o, gate, up, down).
+type PretrainedLM struct {
+	dir     string
+	rank    int
+	alpha   float64
+	dropout float64
+	targets []string
+	backend string
+	micro   int
+	system  string
+}
+
+// Pretrained names the model directory (config.json, model.safetensors or sharded weights with
+// their index, tokenizer.json, and tokenizer_config.json with the chat template) of the
+// pretrained policy. No model hub is contacted: download the model first (for instance
+// `huggingface-cli download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B`).
+func Pretrained(dir string) PretrainedLM {
+	return PretrainedLM{dir: dir, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8}
+}
+
+// LoRA sets the adapters' rank r and alpha (their output is scaled by alpha/r).
+func (p PretrainedLM) LoRA(rank int, alpha float64) PretrainedLM {
+	p.rank, p.alpha = rank, alpha
+	return p
+}
+
+// Targets sets the adapted projections (names from llm.LoRAModules: "q_proj", "k_proj",
+// "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj").
+func (p PretrainedLM) Targets(modules ...string) PretrainedLM {
+	p.targets = slices.Clone(modules)
+	return p
+}
+
+// Dropout sets lora_dropout; it is recorded in the saved adapters (PEFT reads it), and not
+// applied by agrl's trainer.
+func (p PretrainedLM) Dropout(d float64) PretrainedLM { p.dropout = d; return p }
+
+// Backend sets the compute backend of scoring and training ("" means the learner's default;
+// "xla:cuda" on a GPU).
+func (p PretrainedLM) Backend(config string) PretrainedLM { p.backend = config; return p }
+
+// MicroBatch sets how many sequences one graph call scores or differentiates (default 8): a
+// training batch is split into micro-batches whose gradients are added up before the one
+// optimizer step, so memory does not grow with the group size.
+func (p PretrainedLM) MicroBatch(n int) PretrainedLM { p.micro = n; return p }
+
+// System sets the system message of every prompt (default none: the chat format writes its
+// own default, if any).
+func (p PretrainedLM) System(s string) PretrainedLM { p.system = s; return p }
+
+// PretrainedSpec is every setting of a PretrainedLM, for the learner.
+type PretrainedSpec struct {
+	Dir        string
+	LoRA       llm.LoRAConfig
+	Backend    string
+	MicroBatch int
+	System     string
+}
+
+// Spec returns the settings.
+func (p PretrainedLM) Spec() PretrainedSpec {
+	return PretrainedSpec{Dir: p.dir, Backend: p.backend, MicroBatch: p.micro, System: p.system,
+		LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
+}
+
+// Validate reports every problem at once: no directory, a directory without config.json (or
+// with one of an unsupported architecture), and invalid LoRA settings.
+func (p PretrainedLM) Validate() error {
+	var errs []error
+	switch {
+	case strings.TrimSpace(p.dir) == "":
+		errs = append(errs, errors.New("no model directory"))
+	default:
+		if _, err := hf.LoadConfig(filepath.Join(p.dir, "config.json")); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				err = fmt.Errorf("%s is not a Hugging Face model directory (no config.json); download the model there first", p.dir)
+			}
+			errs = append(errs, err)
+		}
+	}
+	if err := p.Spec().LoRA.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if p.micro < 1 {
+		errs = append(errs, fmt.Errorf("micro-batch %d; want >= 1", p.micro))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("agrl: invalid pretrained policy: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// PretrainedRecord is the pretrained policy in config.json ("pretrained").
+type PretrainedRecord struct {
+	// Model is the model directory as given; Architecture, Layers, Hidden and Vocab are read
+	// from its config.json (empty when it cannot be read).
+	Model        string `json:"model"`
+	Architecture string `json:"architecture,omitempty"`
+	Layers       int    `json:"layers,omitempty"`
+	Hidden       int    `json:"hidden,omitempty"`
+	Vocab        int    `json:"vocab,omitempty"`
+	// The adapters: rank, alpha, dropout and target modules.
+	Rank    int      `json:"lora_rank"`
+	Alpha   float64  `json:"lora_alpha"`
+	Dropout float64  `json:"lora_dropout"`
+	Targets []string `json:"lora_targets"`
+	System  string   `json:"system,omitempty"`
+	// Backend is the compute backend ("" means the learner's default); MicroBatch the
+	// sequences per graph call. Neither changes what is trained.
+	Backend    string `json:"backend"`
+	MicroBatch int    `json:"micro_batch"`
+}
+
+func (p PretrainedLM) record() *PretrainedRecord {
+	r := &PretrainedRecord{Model: p.dir, Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout,
+		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, MicroBatch: p.micro}
+	if c, err := hf.LoadConfig(filepath.Join(p.dir, "config.json")); err == nil {
+		r.Architecture, r.Layers, r.Hidden, r.Vocab = c.Architecture, c.NumHiddenLayers, c.HiddenSize, c.VocabSize
+	}
+	return r
+}
+
+// Pretrained makes the run train a pretrained model with LoRA instead of a fresh Tiny policy
+// (see PretrainedLM). A warm start, From, Policy and task screening do not apply to it (each
+// is a validation error): the pretrained model is the start, and it is evaluated as the
+// "before" of the before/after table.
+func (g GRPO) Pretrained(p PretrainedLM) GRPO { g.s.Pretrained = &p; return g }
+
+// pretrainedProblems are Validate's checks of a run with a pretrained policy.
+func (g GRPO) pretrainedProblems() []error {
+	p := g.s.Pretrained
+	if p == nil {
+		return nil
+	}
+	var errs []error
+	if err := p.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if g.s.lmSet {
+		errs = append(errs, errors.New("both Policy (a Tiny model) and Pretrained are set; choose one"))
+	}
+	if g.s.From != "" {
+		errs = append(errs, errors.New("From does not apply to a pretrained policy (its model directory is the start)"))
+	}
+	if g.s.SFT != nil {
+		errs = append(errs, errors.New("a warm start (WarmStart) is not supported with a pretrained policy: "+
+			"its demonstrations would have to be written in the model's chat format; the pretrained model is the start"))
+	}
+	if g.s.Screen > 0 {
+		errs = append(errs, errors.New("task screening (Screen) is not supported with a pretrained policy: "+
+			"it scores the expert's episodes, which are written in agrl's own action format"))
+	}
+	if g.s.LossNorm == ConstNorm && g.s.MaxTokens == 0 {
+		errs = append(errs, errors.New("dr-grpo loss normalisation needs a token budget (MaxTokens) with a pretrained policy"))
+	}
+	return errs
+}
