@@ -41,11 +41,11 @@ const (
 )
 
 type policyJSON struct {
-	Format int       `json:"format"`
+	Format int `json:"format"`
 	// Kind is "" for a Tiny policy and "pretrained" for a pretrained model's adapters.
-	Kind string `json:"kind,omitempty"`
-	LM     agrl.LM   `json:"lm"`
-	Saved  time.Time `json:"saved"`
+	Kind  string    `json:"kind,omitempty"`
+	LM    agrl.LM   `json:"lm"`
+	Saved time.Time `json:"saved"`
 	// Stage, Step and SFTStep: see CheckpointInfo (absent in checkpoints saved by Policy.Save
 	// outside a GRPO run, and in those of older builds).
 	Stage   string `json:"stage,omitempty"`

@@ -28,19 +28,19 @@ type GRPOTrainer struct {
 	run      *agrl.RunWriter
 	// model is the policy trained: policy (the Tiny model) or pre (a pretrained one), the
 	// other nil.
-	model    trainee
-	policy   *Policy
-	pre      *PretrainedPolicy
-	ref      Model
-	learner  learner
-	env      agrl.Env
-	rubric   agrl.Rubric
-	splits   map[agrl.Split][]agrl.Task
-	step     int
-	history  []agrl.Metrics
-	started  time.Time
-	sft      *agrl.SplitSummary
-	resumed  bool
+	model   trainee
+	policy  *Policy
+	pre     *PretrainedPolicy
+	ref     Model
+	learner learner
+	env     agrl.Env
+	rubric  agrl.Rubric
+	splits  map[agrl.Split][]agrl.Task
+	step    int
+	history []agrl.Metrics
+	started time.Time
+	sft     *agrl.SplitSummary
+	resumed bool
 	// priorWall is the wall time a resumed run had spent before its stop.
 	priorWall float64
 	// unsaved: the policy changed since the last checkpoint (or load); a stop saves it only then,
