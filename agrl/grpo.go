@@ -146,8 +146,9 @@ func (g GRPO) Rubric(r Rubric) GRPO { g.s.Rubric = &r; return g }
 // replaced by the trainer's (see Seed).
 func (g GRPO) Mix(m Mix) GRPO { g.s.Mix = m; return g }
 
-// Policy sets the model configuration of a fresh policy (default TinyLM).
-func (g GRPO) Policy(lm LM) GRPO { g.s.LM, g.s.lmSet = lm, true; return g }
+// Policy sets the model configuration of a fresh policy (default TinyLM); it replaces a
+// pretrained policy (Pretrained).
+func (g GRPO) Policy(lm LM) GRPO { g.s.LM, g.s.lmSet, g.s.Pretrained = lm, true, nil; return g }
 
 // From starts from the policy saved in a checkpoint directory (for instance an earlier run's
 // checkpoints/ folder) instead of a fresh one; its configuration replaces Policy's.

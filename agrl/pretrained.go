@@ -144,11 +144,15 @@ func (p PretrainedLM) record() *PretrainedRecord {
 	return r
 }
 
-// Pretrained makes the run train a pretrained model with LoRA instead of a fresh Tiny policy
-// (see PretrainedLM). A warm start, From, Policy and task screening do not apply to it (each
-// is a validation error): the pretrained model is the start, and it is evaluated as the
-// "before" of the before/after table.
-func (g GRPO) Pretrained(p PretrainedLM) GRPO { g.s.Pretrained = &p; return g }
+// Pretrained makes the run train a pretrained model with LoRA instead of a Tiny policy (see
+// PretrainedLM); it replaces the policy a recipe set (and Policy replaces it). A warm start,
+// From and task screening do not apply to it (each is a validation error: turn them off with
+// WarmStartSteps(0) and Screen(0)): the pretrained model is the start, and it is evaluated as
+// the "before" of the before/after table.
+func (g GRPO) Pretrained(p PretrainedLM) GRPO {
+	g.s.Pretrained, g.s.LM, g.s.lmSet = &p, LM{}, false
+	return g
+}
 
 // pretrainedProblems are Validate's checks of a run with a pretrained policy.
 func (g GRPO) pretrainedProblems() []error {
@@ -159,9 +163,6 @@ func (g GRPO) pretrainedProblems() []error {
 	var errs []error
 	if err := p.Validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if g.s.lmSet {
-		errs = append(errs, errors.New("both Policy (a Tiny model) and Pretrained are set; choose one"))
 	}
 	if g.s.From != "" {
 		errs = append(errs, errors.New("From does not apply to a pretrained policy (its model directory is the start)"))

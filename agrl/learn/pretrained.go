@@ -142,6 +142,13 @@ func (p *PretrainedPolicy) BackendConfig() string { return p.backendConfig }
 // Checkpoint says which checkpoint the adapters were restored from (zero for fresh ones).
 func (p *PretrainedPolicy) Checkpoint() CheckpointInfo { return p.loaded }
 
+// AdapterParams counts the trainable parameters (the adapters').
+func (p *PretrainedPolicy) AdapterParams() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.host.NumParams()
+}
+
 // Graph returns the GoMLX model (base weights and adapters) that scoring and training use.
 func (p *PretrainedPolicy) Graph() *hfgraph.Model { return p.graph }
 
@@ -621,6 +628,11 @@ type pretrainedJSON struct {
 	Saved  time.Time `json:"saved"`
 	Rank   int       `json:"lora_rank"`
 	Alpha  float64   `json:"lora_alpha"`
+	// Dropout, System and MicroBatch: the PretrainedLM settings, so that the checkpoint alone
+	// rebuilds the policy (LoadModel).
+	Dropout    float64 `json:"lora_dropout"`
+	System     string  `json:"system,omitempty"`
+	MicroBatch int     `json:"micro_batch"`
 	// Targets are the adapted modules, in llm.LoRAModules order.
 	Targets []string `json:"lora_targets"`
 	Stage   string   `json:"stage,omitempty"`
@@ -643,6 +655,7 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	lora := p.graph.LoRA()
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.spec.Dir, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), Rank: lora.Rank, Alpha: lora.Alpha, Targets: lora.TargetModules,
+		Dropout: lora.Dropout, System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep}
 	return commitCheckpoint(dir, func(tmp string) error {
 		b, err := json.MarshalIndent(meta, "", "  ")
@@ -720,4 +733,28 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 	}
 	p.host, p.stale, p.optState = a, false, state
 	return meta, nil
+}
+
+// LoadModel restores the newest loadable checkpoint in dir, of a Tiny policy (LoadPolicy) or of
+// a pretrained one (its policy.json names the model directory and the adapters' settings; the
+// model directory must still be where it was), on the given backend ("" means the default,
+// or for a pretrained policy the one it was trained on).
+func LoadModel(dir, backend string) (Model, error) {
+	info, ok := newestCheckpoint(dir)
+	if !ok {
+		return nil, fmt.Errorf("agrl: LoadModel: no checkpoint in %s", dir)
+	}
+	var meta pretrainedJSON
+	if b, err := os.ReadFile(filepath.Join(info.Dir, policyFile)); err == nil {
+		_ = json.Unmarshal(b, &meta)
+	}
+	if meta.Kind != kindPretrained {
+		return LoadPolicy(dir, backend)
+	}
+	spec := agrl.Pretrained(meta.Model).LoRA(meta.Rank, meta.Alpha).Targets(meta.Targets...).Dropout(meta.Dropout).
+		System(meta.System).Backend(backend)
+	if meta.MicroBatch > 0 {
+		spec = spec.MicroBatch(meta.MicroBatch)
+	}
+	return loadPretrained(spec, 0, dir, func(msg string) { fmt.Fprintln(os.Stderr, "agrl: "+msg) })
 }

@@ -148,6 +148,35 @@ func TestPretrainedGRPO(t *testing.T) {
 		t.Fatal("the adapters' B matrices are still zero after training")
 	}
 
+	// Saving back: the merged model computes what the base with the adapters computes.
+	merged := filepath.Join(dir, "merged")
+	if err := pre.SaveMerged(merged, hf.F32); err != nil {
+		t.Fatal(err)
+	}
+	mm, err := llm.Load(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adapted, err := base.WithAdapters(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int32{297, 72, 105, 33, 298, 10, 40}
+	wantLogits, _ := adapted.Logits(ids)
+	gotLogits, err := mm.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := 0.0
+	for i := range wantLogits {
+		for j := range wantLogits[i] {
+			worst = math.Max(worst, math.Abs(float64(wantLogits[i][j]-gotLogits[i][j])))
+		}
+	}
+	if worst > 1e-4 {
+		t.Errorf("merged model's logits differ from base+adapters by %g", worst)
+	}
+
 	// The run directory.
 	run, err := agrl.OpenRun(filepath.Join(dir, "straight"))
 	if err != nil {

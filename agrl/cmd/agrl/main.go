@@ -32,6 +32,7 @@ Usage:
   agrl train [flags]        warm start (SFT) then GRPO; writes a run directory and report.html
   agrl eval -run DIR        evaluate a run's newest checkpoint on a split (pass@k with -k)
   agrl sweep -grid G        train a grid of settings from one shared warm start; compare them
+  agrl model random|export  write a random model directory of a real shape; export a pretrained run
 
 Run "agrl COMMAND -h" for a command's flags.
 `
@@ -56,6 +57,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdEval(args[1:], stdout, stderr)
 	case "sweep":
 		err = cmdSweep(args[1:], stdout, stderr)
+	case "model":
+		err = cmdModel(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -42,6 +42,14 @@ type trainFlags struct {
 	plateau                           int
 	newSettings                       bool
 	watchdog                          time.Duration
+	// model is a pretrained model directory (-model); loraRank, loraAlpha and micro its LoRA
+	// rank and alpha and the sequences per graph call.
+	model           string
+	loraRank, micro int
+	loraAlpha       float64
+	// given lists the flags that args set explicitly, each between "|" (a string, so that
+	// trainFlags stays comparable: the sweep keys maps by it).
+	given string
 }
 
 // recipeDefaults returns the recipe of the environment named by the -env flag in args (calc when
@@ -68,6 +76,22 @@ func recipeDefaults(args []string) (string, agrl.GRPOSpec) {
 		entry, _ = envs.Get("calc")
 	}
 	return name, entry.Recipe().Spec()
+}
+
+// givenFlags returns the names of the flags args set (before any "--"), as trainFlags.given.
+func givenFlags(args []string) string {
+	given := "|"
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		given += name + "|"
+	}
+	return given
 }
 
 // guessShare returns the share and the start (Demo.After) of a recipe's guessing demonstrations
@@ -107,6 +131,7 @@ func (f *trainFlags) register(fs interface {
 	DurationVar(*time.Duration, string, time.Duration, string)
 }, args []string) {
 	env, r := recipeDefaults(args)
+	f.given = givenFlags(args)
 	sftSteps, sftLR, sftBatch := 0, 0.0, agrl.SFT().Spec().Batch
 	if r.SFT != nil {
 		sftSteps, sftLR, sftBatch = r.SFT.Spec().Steps, r.SFT.Spec().Optimizer.Spec().LR, r.SFT.Spec().Batch
@@ -153,6 +178,11 @@ func (f *trainFlags) register(fs interface {
 	fs.BoolVar(&f.turnAdv, "turn-advantages", r.TurnAdvantages, "turn-level credit: each turn's tokens get the advantage of the return from that turn on")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
+	pre := agrl.Pretrained("").Spec().LoRA
+	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model directory (Qwen3, Qwen2.5, Llama 3.x, SmolLM2) with LoRA instead of the Tiny model; the warm start and task screening are off")
+	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
+	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
+	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
 	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
 }
@@ -247,6 +277,19 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	} else {
 		g = g.Screen(0)
 	}
+	if f.model != "" {
+		for _, name := range []string{"from", "sft-steps", "screen", "preset", "context"} {
+			if strings.Contains(f.given, "|"+name+"|") {
+				errs = append(errs, fmt.Errorf("-%s does not apply to a pretrained -model", name))
+			}
+		}
+		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro)
+		if f.backend != "" {
+			p = p.Backend(f.backend)
+		}
+		g = g.Pretrained(p).Screen(0)
+		f.from, f.sftSteps = "", 0
+	}
 	switch {
 	case f.from != "":
 		g = g.From(f.from).WarmStartSteps(0)
@@ -327,8 +370,14 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 		return nil, err
 	}
 	if !f.quiet {
-		fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
-			tr.Policy().Config().Params(), tr.Policy().BackendConfig(), f.out)
+		if p := tr.Pretrained(); p != nil {
+			c := p.Config()
+			fmt.Fprintf(stderr, "training %s on %s (%s, %d layers, hidden %d; LoRA r=%d: %d trainable params; backend %s) into %s\n",
+				f.env, f.model, c.Architecture, c.NumHiddenLayers, c.HiddenSize, p.Spec().LoRA.Rank, p.AdapterParams(), p.BackendConfig(), f.out)
+		} else {
+			fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
+				tr.Policy().Config().Params(), tr.Policy().BackendConfig(), f.out)
+		}
 		tr.OnStep(prog.update)
 	}
 	start := time.Now()
@@ -483,7 +532,11 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pol, err := learn.LoadPolicy(filepath.Join(*runDir, agrl.RunCheckpointsDir), "")
+	backend := ""
+	if cfg.Pretrained != nil {
+		backend = cfg.Pretrained.Backend
+	}
+	pol, err := learn.LoadModel(filepath.Join(*runDir, agrl.RunCheckpointsDir), backend)
 	if err != nil {
 		return err
 	}
