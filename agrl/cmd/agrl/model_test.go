@@ -124,4 +124,3 @@ func TestTrainPretrained(t *testing.T) {
 		t.Errorf("-model with -sft-steps: exit %d: %s", code, stderr)
 	}
 }
-
