@@ -12,7 +12,7 @@ NOTEBOOKS = $(sort $(wildcard tutorials/*.ipynb notebooks/*.ipynb))
 # empty (`make notebooks AGRL_QUICK=`) to run them in full.
 AGRL_QUICK ?= 1
 
-.PHONY: all test go-test vet fmt-check build train demo bench bench-peer acceptance gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
+.PHONY: all test go-test vet fmt-check build train demo bench bench-peer bench-llm acceptance gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
 
 all: build test
 
@@ -52,6 +52,11 @@ bench:
 ## python3-torch, installed when missing), A B A B, with the ratio per round (ARGS="--rounds 5")
 bench-peer:
 	$(PYTHON) scripts/bench_peer.py $(ARGS)
+
+## bench-llm: the pretrained path at a real shape with random weights (prefill, decode, LoRA
+## training tokens/s), side by side with the same decoder in PyTorch (ARGS="qwen3-0.6b 3")
+bench-llm:
+	scripts/bench_llm.sh $(ARGS)
 
 ## acceptance: measurements that train for minutes (simd build): the calc SFT warm start
 acceptance:

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # gpu-check: on a machine with an NVIDIA GPU and a PJRT CUDA plugin, run the policy's short
-# SFT and sampling tests on xla:cuda, then its benchmarks, and print a table.
+# SFT and sampling tests on xla:cuda, then its benchmarks, and print a table; then the
+# pretrained path: LoRA GRPO end to end on the tiny Qwen3 checkpoint (scorer against sampler,
+# resume bit-exact) and, on a generated checkpoint of the Qwen2.5-0.5B shape (random weights),
+# host sampling, graph scoring and a LoRA training step (AGRL_GPU_SHAPE picks another shape).
 #
 #   scripts/gpu-check.sh               # AGRL_BACKEND defaults to xla:cuda
 #   AGRL_BACKEND=xla:cuda,preallocate=false scripts/gpu-check.sh
@@ -41,14 +44,14 @@ status=0
 echo "== tests on $backend: sampler/scorer agreement, determinism, rollout, SFT"
 go test -count=1 -timeout 15m -v \
 	-run 'TestSamplerScorerAgreement|TestSamplerDeterminism|TestRolloutUntrained|TestSFTLearnsToolUse' \
-	./agrl/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:' || true
-if ! go test -count=1 -timeout 15m -run 'TestSamplerScorerAgreement|TestSamplerDeterminism|TestRolloutUntrained|TestSFTLearnsToolUse' ./agrl/ >/dev/null 2>&1; then
+	./agrl/learn/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:' || true
+if ! go test -count=1 -timeout 15m -run 'TestSamplerScorerAgreement|TestSamplerDeterminism|TestRolloutUntrained|TestSFTLearnsToolUse' ./agrl/learn/ >/dev/null 2>&1; then
 	echo "gpu-check: tests FAILED on $backend" >&2
 	status=1
 fi
 
 echo "== benchmarks on $backend"
-out=$(go test -count=1 -timeout 20m -run XXX -bench 'Sample|Train' -benchtime 10x ./agrl/ 2>&1)
+out=$(go test -count=1 -timeout 20m -run XXX -bench 'Sample|Train' -benchtime 10x ./agrl/learn/ 2>&1)
 echo "$out" | grep -E '^(Benchmark|--- SKIP|FAIL|panic)' || true
 if echo "$out" | grep -qE '^(FAIL|panic)'; then
 	echo "$out" | tail -20 >&2
@@ -65,4 +68,16 @@ echo "$out" | awk '/^Benchmark/ {
 	}
 	printf "%-24s %14.0f %12.1f %10.1f\n", name, tps, gf, ns/1e6
 }'
+
+echo "== pretrained path on $backend: LoRA GRPO on the tiny Qwen3 checkpoint"
+if ! go test -count=1 -timeout 15m -v -run 'TestPretrainedGRPO|TestPretrainedScoreMatchesSampler' ./agrl/learn/ 2>&1 |
+	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
+	status=1
+fi
+shape="${AGRL_GPU_SHAPE:-qwen2.5-0.5b}"
+echo "== pretrained path on $backend at the $shape shape (random weights): sampling (host), scoring and a LoRA step (graphs)"
+if ! (cd agrl/learn && AGRL_BENCH_LLM="$shape" GOEXPERIMENT=simd go test -count=1 -timeout 30m -run '^TestLLMThroughput$' -v . 2>&1 |
+	grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'); then
+	status=1
+fi
 exit $status

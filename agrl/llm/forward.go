@@ -173,9 +173,36 @@ func rmsNorm(dst, src, w []float32, n int, eps float64) {
 	}
 }
 
+// linearKernel, when set by SetLinear, computes linear's products.
+var linearKernel func(x []float32, rows, in int, w []float32, out int) []float32
+
+// SetLinear installs a faster kernel for the matrix products of the forward pass: f(x, rows,
+// in, w, out) returns x·wᵀ, [rows, out], for x [rows, in] and w [out, in] (a checkpoint's Linear
+// weight, never modified: a kernel may keep a re-laid-out copy of it). nil restores the portable
+// loop. agrl/learn installs its vector kernels (GOEXPERIMENT=simd builds on AVX-512 or AVX2
+// CPUs); their sums run in another order, so logits differ from the portable loop's in the last
+// bits. Set it before any forward pass runs, not concurrently with one.
+func SetLinear(f func(x []float32, rows, in int, w []float32, out int) []float32) { linearKernel = f }
+
 // linear returns x·wᵀ + b for rows rows of in values: w is [out, in] (a checkpoint's Linear
-// weight), b is [out] or nil. The result is [rows, out].
+// weight), b is [out] or nil. The result is [rows, out]. It runs the installed kernel
+// (SetLinear), which may keep a copy of w: call it only with the model's immutable weights, and
+// linearLoop with anything that changes (adapters).
 func linear(x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
+	if linearKernel == nil {
+		return linearLoop(x, rows, in, w, out, b)
+	}
+	y := linearKernel(x, rows, in, w, out)
+	if b != nil {
+		for r := range rows {
+			addTo(y[r*out:(r+1)*out], b)
+		}
+	}
+	return y
+}
+
+// linearLoop is linear with the portable loop.
+func linearLoop(x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
 	y := make([]float32, rows*out)
 	for r := range rows {
 		xr, yr := x[r*in:(r+1)*in], y[r*out:(r+1)*out]

@@ -312,8 +312,8 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
 		return
 	}
 	r := a.cfg.Rank
-	u := linear(x, rows, p.in, p.a, r, nil)  // [rows, r]
-	d := linear(u, rows, r, p.b, p.out, nil) // [rows, out]
+	u := linearLoop(x, rows, p.in, p.a, r, nil)  // [rows, r]
+	d := linearLoop(u, rows, r, p.b, p.out, nil) // [rows, out]
 	for i, di := range d {
 		if v := float32(a.scale * di); v != 0 {
 			y[i] += v

@@ -1,0 +1,141 @@
+package learn
+
+import (
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/llm"
+
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// TestLLMThroughput measures the pretrained path at a real shape with random weights, when
+// AGRL_BENCH_LLM names the shape (llm.ShapeNames: smollm2-135m, qwen3-0.6b, …); it is skipped
+// otherwise. It prints one JSON line, the figures scripts/bench_llm_peer.py prints for the same
+// shape in PyTorch:
+//
+//   - prefill: tokens/s of agrl/llm's forward pass over a 256-token prompt into a KV cache
+//     (the sampler's prompt pass), after a 16-token warm-up pass;
+//   - decode: tokens/s of 32 single-token steps after it (batch 1, the sampler's inner loop);
+//   - score: tokens/s of the per-token log-probs of 4 sequences of 256 tokens through the GoMLX
+//     graph (the trainer's reference and old-policy pass), after a warm-up call;
+//   - train: tokens/s of one LoRA optimizer step (rank 16, every projection) on 4 sequences of
+//     256 tokens through the GoMLX graphs (log-probs, loss, gradients of the adapters, AdamW),
+//     the median of 3 steps after one warm-up step that compiles the graphs.
+//
+// The model directory is written once to $TMPDIR/agrl-bench-<shape> (bf16, seed 1) and reused.
+func TestLLMThroughput(t *testing.T) {
+	shape := os.Getenv("AGRL_BENCH_LLM")
+	if shape == "" {
+		t.Skip("set AGRL_BENCH_LLM to a shape (e.g. smollm2-135m) to measure")
+	}
+	cfg, err := llm.Shape(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(os.TempDir(), "agrl-bench-"+shape)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		if err := llm.WriteRandom(dir, cfg, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const prompt, decode, batch, seqLen = 256, 32, 4, 256
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := func(n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(rng.IntN(cfg.VocabSize))
+		}
+		return s
+	}
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32).MicroBatch(batch), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.base
+	if _, err := m.Logits(ids(16)); err != nil { // warm-up, not timed: the kernels' weight copies
+		t.Fatal(err)
+	}
+	c := m.NewCache()
+	start := time.Now()
+	if _, err := m.Step(c, ids(prompt)); err != nil {
+		t.Fatal(err)
+	}
+	prefill := float64(prompt) / time.Since(start).Seconds()
+	start = time.Now()
+	for i := range decode {
+		if _, err := m.Next(c, ids(1)); err != nil {
+			t.Fatalf("decode step %d: %v", i, err)
+		}
+	}
+	dec := float64(decode) / time.Since(start).Seconds()
+
+	l, err := p.newLearner("bench", grpoLoss(0.2, 0.2, 0, agrl.K3), grpoValues, agrl.NewAdamW().LR(1e-5), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := TrainBatch{Values: map[string][][]float32{}}
+	for range batch {
+		s := ids(seqLen)
+		b.Tokens = append(b.Tokens, s)
+		for _, name := range grpoValues {
+			v := make([]float32, seqLen)
+			for j := 1; j < seqLen; j++ {
+				switch name {
+				case valMask, valFresh:
+					v[j] = 1
+				case valAdv:
+					v[j] = float32(rng.NormFloat64())
+				case valWeight:
+					v[j] = float32(1 / float64(batch*(seqLen-1)))
+				}
+			}
+			b.Values[name] = append(b.Values[name], v)
+		}
+	}
+	if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := p.Score(b.Tokens, 1); err != nil {
+		t.Fatal(err)
+	}
+	score := float64(batch*(seqLen-1)) / time.Since(start).Seconds()
+	var secs []float64
+	for i := range 4 {
+		st, err := l.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			secs = append(secs, st.Seconds)
+		}
+	}
+	sortFloats(secs)
+	train := float64(batch*(seqLen-1)) / secs[1]
+	line, _ := json.Marshal(map[string]any{"impl": "agrl", "shape": shape, "backend": p.BackendConfig(),
+		"prefill_tokens_per_s": round1(prefill), "decode_tokens_per_s": round1(dec), "score_tokens_per_s": round1(score), "train_tokens_per_s": round1(train),
+		"lora_params": p.AdapterParams()})
+	fmt.Println(string(line))
+}
+
+func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
+
+func sortFloats(x []float64) {
+	for i := 1; i < len(x); i++ {
+		for j := i; j > 0 && x[j] < x[j-1]; j-- {
+			x[j], x[j-1] = x[j-1], x[j]
+		}
+	}
+}
