@@ -528,6 +528,15 @@ func (r *Run) Trajectories(step int) ([]*Episode, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("agrl: no trajectories at step %d in %s", step, r.Dir)
 	}
+	return ReadEpisodes(path)
+}
+
+// ReadEpisodes reads a JSON-lines file of episodes: a run directory's trajectories, or the
+// episodes `agrl play` saved (:save).
+func ReadEpisodes(path string) ([]*Episode, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("agrl: %w", err)
+	}
 	var eps []*Episode
 	_, _, err := readJSONL(path, func(line []byte) error {
 		ep := new(Episode)

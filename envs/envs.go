@@ -41,6 +41,9 @@ type Entry struct {
 	// Recipe returns the environment's GRPO configuration: policy, warm start, GRPO settings
 	// and evaluation, ready to train (`agrl train` takes its flag defaults from it).
 	Recipe func() agrl.GRPO
+	// TaskFromText, when set, makes a task of text a user typed (`agrl play`'s ":task TEXT";
+	// calc: an expression).
+	TaskFromText func(text string) (agrl.Task, error)
 }
 
 // Demos returns warm-start demonstrations of the environment: the expert, and, when the
@@ -66,6 +69,9 @@ var registry = []Entry{
 		Rubric:  calc.Rubric,
 		Guesser: calc.Overconfident,
 		Recipe:  calc.Recipe,
+		TaskFromText: func(expr string) (agrl.Task, error) {
+			return calc.NewTask(expr, agrl.Medium)
+		},
 	},
 	{
 		Name:    "multihop",

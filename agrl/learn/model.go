@@ -50,6 +50,7 @@ type Policy struct {
 	// execMu guards the lazily built executors.
 	execMu      sync.Mutex
 	scoreExec   *model.Exec
+	explainExec *model.Exec // TopTokens
 	stepExec    *model.Exec
 	compactExec *model.Exec
 	growExec    *model.Exec

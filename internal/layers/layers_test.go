@@ -15,7 +15,7 @@ import (
 // The pretrained-model groundwork (checkpoint formats, tokenizer, chat formats, the reference
 // forward pass) is standard library only too; its GoMLX graphs live under agrl/learn.
 var stdlibOnly = []string{"agrl.dev/agrl", "agrl.dev/agrl/nb", "agrl.dev/envs/...",
-	"agrl.dev/agrl/hf", "agrl.dev/agrl/bpe", "agrl.dev/agrl/chat", "agrl.dev/agrl/llm/..."}
+	"agrl.dev/agrl/hf", "agrl.dev/agrl/bpe", "agrl.dev/agrl/chat", "agrl.dev/agrl/llm/...", "agrl.dev/agrl/repl"}
 
 // forbidden are the module path prefixes the standard-library layer must not import.
 var forbidden = []string{"github.com/gomlx/"}

@@ -33,6 +33,7 @@ Usage:
   agrl eval -run DIR        evaluate a run's newest checkpoint on a split (pass@k with -k)
   agrl sweep -grid G        train a grid of settings from one shared warm start; compare them
   agrl model random|export  write a random model directory of a real shape; export a pretrained run
+  agrl play [-run DIR]      play an environment yourself, or step a run's checkpoint through it
 
 Run "agrl COMMAND -h" for a command's flags.
 `
@@ -59,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdSweep(args[1:], stdout, stderr)
 	case "model":
 		err = cmdModel(args[1:], stdout, stderr)
+	case "play":
+		err = cmdPlay(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

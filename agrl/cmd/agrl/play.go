@@ -1,0 +1,165 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/learn"
+	"agrl.dev/agrl/repl"
+	"agrl.dev/envs"
+)
+
+// stdin is what `agrl play` reads (tests replace it with a pipe or a pseudo-terminal).
+var stdin io.Reader = os.Stdin
+
+// cmdPlay is the REPL: play an environment yourself, or step a trained checkpoint through it.
+func cmdPlay(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("play", stderr)
+	envName := fs.String("env", "", "environment: "+strings.Join(envs.Names(), ", ")+" (default: the run's, else calc)")
+	diff := fs.String("difficulty", "mix", "easy, medium, hard, extreme, or mix")
+	splitName := fs.String("split", "dev", "the split tasks are drawn from: train, dev or test")
+	seed := fs.Uint64("seed", 1, "seed of the task stream and of the agent's sampling")
+	runDir := fs.String("run", "", "a run directory: its newest checkpoint acts (Enter or :step for its next action)")
+	temp := fs.Float64("temperature", math.NaN(), "the agent's sampling temperature (default: the run's eval temperature)")
+	plain := fs.Bool("plain", false, "plain line input even on a terminal (no line editing)")
+	if err := parse(fs, args); err != nil {
+		return err
+	}
+	var problems []error
+	split, err := agrl.ParseSplit(*splitName)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	var only agrl.Difficulty
+	if *diff != "mix" {
+		if only, err = agrl.ParseDifficulty(*diff); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if !math.IsNaN(*temp) && (math.IsInf(*temp, 0) || *temp < 0) {
+		problems = append(problems, fmt.Errorf("-temperature %v: want >= 0", *temp))
+	}
+	var run *agrl.Run
+	if *runDir != "" {
+		if run, err = agrl.OpenRun(*runDir); err != nil {
+			problems = append(problems, err)
+		} else if run.Config.Env == "" {
+			problems = append(problems, fmt.Errorf("%s: config.json does not describe a GRPO run", *runDir))
+		} else if *envName != "" && *envName != run.Config.Env {
+			problems = append(problems, fmt.Errorf("-env %s: the run %s trained on %s", *envName, *runDir, run.Config.Env))
+		} else {
+			*envName = run.Config.Env
+		}
+	}
+	if *envName == "" {
+		*envName = "calc"
+	}
+	entry, err := envs.Get(*envName)
+	if err != nil {
+		problems = append(problems, err)
+	}
+	if len(problems) > 0 {
+		return usageError{errors.Join(problems...)}
+	}
+	env := entry.New()
+	o := repl.Options{Env: env, Rubric: entry.Rubric(), FromText: entry.TaskFromText, Seed: *seed,
+		Tasks: func(n int, d agrl.Difficulty) (agrl.Task, error) {
+			if d == 0 {
+				d = only
+			}
+			mix, sp := agrl.NewMix(*seed), split
+			switch {
+			case d == agrl.Extreme:
+				sp = agrl.OOD
+			case d != 0:
+				mix = mix.Only(d)
+			}
+			tasks, err := mix.Tasks(env, sp, n+1)
+			if err != nil {
+				return agrl.Task{}, err
+			}
+			return tasks[n], nil
+		}}
+	if run != nil {
+		a, err := loadPlayAgent(*runDir, run.Config)
+		if err != nil {
+			return err
+		}
+		o.Agent, o.Temperature = a, run.Config.EvalTemperature
+		o.Limits = agrl.Limits{MaxTurns: run.Config.MaxTurns}
+		if !math.IsNaN(*temp) {
+			o.Temperature = *temp
+		}
+		fmt.Fprintf(stdout, "agent: %s at %s, temperature %g\n", *runDir, a.p.Checkpoint(), o.Temperature)
+	}
+	edit := false
+	if f, ok := stdin.(*os.File); ok && !*plain && repl.IsTerminal(f.Fd()) {
+		restore, err := repl.MakeRaw(f.Fd())
+		if err == nil {
+			defer restore()
+			edit = true
+		}
+		o.Color = true
+	}
+	s, err := repl.New(o)
+	if err != nil {
+		return err
+	}
+	return repl.Run(s, stdin, stdout, edit)
+}
+
+// playAgent is a Tiny checkpoint as the REPL's agent.
+type playAgent struct {
+	p         *learn.Policy
+	maxAction int
+}
+
+func loadPlayAgent(dir string, cfg agrl.GRPOConfig) (*playAgent, error) {
+	if cfg.Pretrained != nil {
+		return nil, usageError{fmt.Errorf("%s trains a pretrained model: agrl play steps Tiny checkpoints only for now (agrl eval evaluates it)", dir)}
+	}
+	p, err := learn.LoadPolicy(filepath.Join(dir, agrl.RunCheckpointsDir), "")
+	if err != nil {
+		return nil, err
+	}
+	return &playAgent{p: p, maxAction: cfg.MaxActionTokens}, nil
+}
+
+// Act samples the checkpoint's next action.
+func (a *playAgent) Act(ep *agrl.Episode, temperature float64, seed uint64) (string, error) {
+	return a.p.PolicyAgent(agrl.Sampling{Temperature: temperature, Seed: seed}, a.maxAction).Act(ep)
+}
+
+// Explain scores the action of turn turn token by token (its tokens as the Tiny tokenizer
+// encodes the episode: the ids the policy reads).
+func (a *playAgent) Explain(ep *agrl.Episode, turn int, temperature float64, k int) ([]repl.TokenChoice, error) {
+	cut := *ep
+	cut.Turns = ep.Turns[:turn+1]
+	tokens, mask := agrl.EncodeEpisode(a.p.Tokenizer(), &cut)
+	from := len(tokens)
+	for from > 0 && mask[from-1] == 1 {
+		from--
+	}
+	if from == len(tokens) {
+		return nil, errors.New("the action has no tokens")
+	}
+	tops, err := a.p.TopTokens(tokens, from, temperature, k)
+	if err != nil {
+		return nil, err
+	}
+	tok := a.p.Tokenizer()
+	out := make([]repl.TokenChoice, len(tops))
+	for i, t := range tops {
+		out[i] = repl.TokenChoice{Text: tok.Decode([]int32{t.ID}), LogProb: float64(t.LogProb)}
+		for _, alt := range t.Top {
+			out[i].Alternatives = append(out[i].Alternatives, repl.Alternative{Text: tok.Decode([]int32{alt.ID}), LogProb: float64(alt.LogProb)})
+		}
+	}
+	return out, nil
+}
