@@ -89,6 +89,15 @@ func (e *CheckError) Error() string {
 	return b.String()
 }
 
+// NumParams is the number of parameters of the model: the sum of the sizes of Tensors.
+func (c Config) NumParams() int {
+	n := 0
+	for _, t := range c.Tensors() {
+		n += TensorInfo{Shape: t.Shape}.Len()
+	}
+	return n
+}
+
 // Check compares the tensors of src with c.Tensors: names, shapes, and that every tensor is
 // F32, F16 or BF16. It returns nil, an error from Validate, or a *CheckError listing every
 // missing, unexpected and wrong tensor.

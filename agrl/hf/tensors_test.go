@@ -137,12 +137,8 @@ func TestTensorsParameterCounts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, s := range cfg.Tensors() {
-			n += TensorInfo{Shape: s.Shape}.Len()
-		}
-		if n != c.params {
-			t.Errorf("%s: %d parameters, want %d", c.name, n, c.params)
+		if n := cfg.NumParams(); n != c.params {
+			t.Errorf("%s: %d parameters, want %d", c.name, cfg.NumParams(), c.params)
 		}
 	}
 }

@@ -334,25 +334,45 @@ func LoadPolicy(dir, backend string) (*Policy, error) {
 
 // loadPolicy is LoadPolicy with the fallback warning sent to warn.
 func loadPolicy(dir, backend string, warn func(string)) (*Policy, error) {
+	var p *Policy
+	info, err := loadNewest(dir, "LoadPolicy", warn, func(ckdir string) (checkpointMark, error) {
+		q, meta, err := loadCheckpoint(ckdir, backend)
+		if err != nil {
+			return checkpointMark{}, err
+		}
+		p = q
+		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.loaded = info
+	return p, nil
+}
+
+// loadNewest runs load on the checkpoints of dir, newest first (see Checkpoints), until one
+// loads, and describes it; the ones that failed are listed in its Skipped, and warn hears of
+// them. what names the caller in errors.
+func loadNewest(dir, what string, warn func(string), load func(ckdir string) (checkpointMark, error)) (CheckpointInfo, error) {
 	cands := Checkpoints(dir)
 	if len(cands) == 0 {
-		return nil, fmt.Errorf("agrl: LoadPolicy: no checkpoint in %s", dir)
+		return CheckpointInfo{}, fmt.Errorf("agrl: %s: no checkpoint in %s", what, dir)
 	}
 	var errs []error
 	var skipped []string
 	for _, c := range cands {
-		p, meta, err := loadCheckpoint(c, backend)
+		mark, err := load(c)
 		if err == nil {
-			p.loaded = CheckpointInfo{Dir: c, Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep, Skipped: skipped}
-			if w := p.loaded.Warning(); w != "" && warn != nil {
+			info := CheckpointInfo{Dir: c, Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Skipped: skipped}
+			if w := info.Warning(); w != "" && warn != nil {
 				warn(w)
 			}
-			return p, nil
+			return info, nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(c), err))
 		skipped = append(skipped, fmt.Sprintf("%s: %v", filepath.Base(c), err))
 	}
-	return nil, fmt.Errorf("agrl: LoadPolicy: no loadable checkpoint in %s: %w", dir, errors.Join(errs...))
+	return CheckpointInfo{}, fmt.Errorf("agrl: %s: no loadable checkpoint in %s: %w", what, dir, errors.Join(errs...))
 }
 
 // newestCheckpoint describes the checkpoint LoadPolicy would try first in dir, from its

@@ -113,21 +113,15 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	if ckdir == "" {
 		return pp, nil
 	}
-	var errs []error
-	var skipped []string
-	for _, c := range Checkpoints(ckdir) {
+	info, err := loadNewest(ckdir, "loading the adapters", warn, func(c string) (checkpointMark, error) {
 		meta, err := pp.restore(c)
-		if err == nil {
-			pp.loaded = CheckpointInfo{Dir: c, Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep, Skipped: skipped}
-			if w := pp.loaded.Warning(); w != "" && warn != nil {
-				warn(w)
-			}
-			return pp, nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w", filepath.Base(c), err))
-		skipped = append(skipped, fmt.Sprintf("%s: %v", filepath.Base(c), err))
+		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}, err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("agrl: no loadable checkpoint in %s: %w", ckdir, errors.Join(errs...))
+	pp.loaded = info
+	return pp, nil
 }
 
 // Spec returns the policy's settings.
@@ -239,32 +233,7 @@ func (p *PretrainedPolicy) reference(string) (Model, error) { return p.BaseModel
 
 // checkSeqs validates sequences for scoring and training.
 func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
-	var errs []error
-	v, ctx := int32(p.cfg.VocabSize), p.cfg.MaxPositionEmbeddings
-	for i, s := range seqs {
-		switch {
-		case len(s) < 2:
-			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; want at least 2", i, len(s)))
-		case len(s) > ctx:
-			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), ctx))
-		}
-		for j, t := range s {
-			if t < 0 || t >= v {
-				errs = append(errs, fmt.Errorf("sequence %d token %d is %d, outside the vocabulary [0,%d)", i, j, t, v))
-				break
-			}
-		}
-		if len(errs) > 10 {
-			break
-		}
-	}
-	if len(seqs) == 0 {
-		errs = append(errs, errors.New("no sequences"))
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("agrl: bad token sequences: %w", errors.Join(errs...))
-	}
-	return nil
+	return checkTokenSeqs(seqs, p.cfg.VocabSize, p.cfg.MaxPositionEmbeddings)
 }
 
 // chunks splits n sequences into micro-batches of the configured size.
@@ -294,17 +263,7 @@ func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor,
 }
 
 func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
-	var e *model.Exec
-	err := catch(func() error {
-		var err error
-		e, err = model.NewExec(p.backend, p.store, fn)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("agrl: building %s executor: %w", name, err)
-	}
-	e.SetMaxCache(maxExecCache)
-	return e, nil
+	return newExecOn(p.backend, p.store, name, fn)
 }
 
 func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, base bool) ([]TokenScores, error) {
@@ -439,17 +398,7 @@ func (t *pretrainedTrainer) Steps() int {
 	return t.steps()
 }
 
-func (t *pretrainedTrainer) steps() int {
-	v := t.p.store.GetVariable(t.statePath("step"))
-	if v == nil {
-		return 0
-	}
-	val, err := v.Value()
-	if err != nil {
-		return 0
-	}
-	return int(tensors.MustCopyFlatData[float32](val)[0])
-}
+func (t *pretrainedTrainer) steps() int { return stepCount(t.p.store, t.statePath("step")) }
 
 // gradGraph: inputs tokens [B, T], lengths [B], one [B, T] per value, one scalar sum per
 // value; outputs the loss, the metrics and the gradient of every adapter variable.
@@ -465,20 +414,8 @@ func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph
 		li.Values[name] = shift(in[2+i])
 		li.Sums[name] = in[2+nv+i]
 	}
-	loss, ms := t.loss(li)
-	if loss == nil || !loss.Shape().IsScalar() {
-		panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
-	}
-	names := make([]string, 0, len(ms))
-	for k := range ms {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	t.once.Do(func() { t.metrics = names })
-	out := []*graph.Node{loss}
-	for _, k := range t.metrics {
-		out = append(out, graph.ConvertDType(ms[k], dtypes.Float32))
-	}
+	loss, metrics := evalLoss(t.loss, li, &t.once, &t.metrics)
+	out := append([]*graph.Node{loss}, metrics...)
 	vars := t.p.graph.AdapterVariables()
 	nodes := make([]*graph.Node, len(vars))
 	for i, v := range vars {

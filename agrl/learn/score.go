@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -60,10 +61,16 @@ const maxExecCache = 128
 // newExec builds a model executor over the policy's store, with panics in graph building
 // reported as errors by GoMLX.
 func (p *Policy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
+	return newExecOn(p.backend, p.store, name, fn)
+}
+
+// newExecOn builds an executor of fn over store on backend, keeping maxExecCache compiled
+// shapes.
+func newExecOn(backend compute.Backend, store *model.Store, name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
 	var e *model.Exec
 	err := catch(func() error {
 		var err error
-		e, err = model.NewExec(p.backend, p.store, fn)
+		e, err = model.NewExec(backend, store, fn)
 		return err
 	})
 	if err != nil {
@@ -265,14 +272,20 @@ func (p *Policy) Score(seqs [][]int32, temperature float64) ([]TokenScores, erro
 
 // checkSeqs validates sequences given to Score and training.
 func (p *Policy) checkSeqs(seqs [][]int32) error {
+	return checkTokenSeqs(seqs, p.arch.Vocab(), p.arch.Context)
+}
+
+// checkTokenSeqs reports (the first ten) problems of sequences for a model of the vocabulary
+// and context: fewer than 2 tokens, longer than the context, ids outside the vocabulary, none.
+func checkTokenSeqs(seqs [][]int32, vocab, context int) error {
 	var errs []error
-	v := int32(p.arch.Vocab())
+	v := int32(vocab)
 	for i, s := range seqs {
 		switch {
 		case len(s) < 2:
 			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; want at least 2", i, len(s)))
-		case len(s) > p.arch.Context:
-			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), p.arch.Context))
+		case len(s) > context:
+			errs = append(errs, fmt.Errorf("sequence %d has %d tokens; the context holds %d", i, len(s), context))
 		}
 		for j, t := range s {
 			if t < 0 || t >= v {

@@ -159,8 +159,11 @@ func (t *Trainer) Steps() int {
 	return t.steps()
 }
 
-func (t *Trainer) steps() int {
-	v := t.p.store.GetVariable(t.statePath("step"))
+func (t *Trainer) steps() int { return stepCount(t.p.store, t.statePath("step")) }
+
+// stepCount reads an optimizer's step counter (0 when it has none yet).
+func stepCount(store *model.Store, path string) int {
+	v := store.GetVariable(path)
 	if v == nil {
 		return 0
 	}
@@ -204,24 +207,33 @@ func (t *Trainer) lossGraph(in []*graph.Node) (w *weights, loss *graph.Node, met
 // lossAndMetrics evaluates the trainer's loss on li and returns it with the metrics in the
 // trainer's fixed order.
 func (t *Trainer) lossAndMetrics(li LossInputs) (loss *graph.Node, metrics []*graph.Node) {
-	loss, ms := t.loss(li)
-	if loss == nil || !loss.Shape().IsScalar() {
-		panic(fmt.Errorf("loss must be a scalar node, got %v", loss))
+	return evalLoss(t.loss, li, &t.metricsOnce, &t.metrics)
+}
+
+// evalLoss builds loss on li and returns the loss with its metrics as float32 scalars in the
+// order of *names, which the first call fixes (sorted; once guards it: shards may build graphs
+// concurrently). It panics (inside graph building, where GoMLX reports it as an error) on a
+// loss that is not a scalar or a metric missing or not a scalar.
+func evalLoss(loss LossFunc, li LossInputs, once *sync.Once, names *[]string) (*graph.Node, []*graph.Node) {
+	l, ms := loss(li)
+	if l == nil || !l.Shape().IsScalar() {
+		panic(fmt.Errorf("loss must be a scalar node, got %v", l))
 	}
-	names := make([]string, 0, len(ms))
+	keys := make([]string, 0, len(ms))
 	for k := range ms {
-		names = append(names, k)
+		keys = append(keys, k)
 	}
-	sort.Strings(names)
-	t.metricsOnce.Do(func() { t.metrics = names }) // shards may build graphs concurrently
-	for _, k := range t.metrics {
+	sort.Strings(keys)
+	once.Do(func() { *names = keys })
+	var metrics []*graph.Node
+	for _, k := range *names {
 		m, ok := ms[k]
 		if !ok || !m.Shape().IsScalar() {
 			panic(fmt.Errorf("metric %q missing or not a scalar", k))
 		}
 		metrics = append(metrics, graph.ConvertDType(m, dtypes.Float32))
 	}
-	return loss, metrics
+	return l, metrics
 }
 
 // weightVars returns the weight variables in weightSpecs order.

@@ -15,15 +15,7 @@ func TestShapes(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 		if n, ok := want[name]; ok {
-			got := 0
-			for _, s := range c.Tensors() {
-				p := 1
-				for _, d := range s.Shape {
-					p *= d
-				}
-				got += p
-			}
-			if got != n {
+			if got := c.NumParams(); got != n {
 				t.Errorf("%s: %d parameters, want %d", name, got, n)
 			}
 		}

@@ -109,15 +109,7 @@ func cmdModelRandom(args []string, stdout, stderr io.Writer) error {
 	if err := os.WriteFile(filepath.Join(*out, "tokenizer.json"), tok, 0o644); err != nil {
 		return err
 	}
-	params := 0
-	for _, s := range cfg.Tensors() {
-		n := 1
-		for _, d := range s.Shape {
-			n *= d
-		}
-		params += n
-	}
-	fmt.Fprintf(stdout, "%s: %s (%s), %d parameters, random weights (seed %d), tokenizer %s\n", *out, *shape, cfg.Architecture, params, *seed, *tokPath)
+	fmt.Fprintf(stdout, "%s: %s (%s), %d parameters, random weights (seed %d), tokenizer %s\n", *out, *shape, cfg.Architecture, cfg.NumParams(), *seed, *tokPath)
 	return nil
 }
 
