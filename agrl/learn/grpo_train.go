@@ -53,6 +53,8 @@ type GRPOTrainer struct {
 	sftDone int
 	// devHist holds the dev success of the periodic evaluations so far (StopOnPlateau).
 	devHist []float64
+	// evals are the evaluations logged so far (resumed ones included), for Alarms.
+	evals []agrl.EvalRecord
 }
 
 // plateaued reports whether StopOnPlateau ends GRPO here: the warm start's dev success and the
@@ -252,6 +254,19 @@ func (t *GRPOTrainer) StepNumber() int { return t.step }
 // steps read back from metrics.jsonl).
 func (t *GRPOTrainer) History() []agrl.Metrics { return t.history }
 
+// Alarms returns the alarms the run's metrics and evaluations so far set off (see
+// agrl.CheckAlarms): call it from OnStep to warn while training.
+func (t *GRPOTrainer) Alarms() []agrl.Alarm { return agrl.CheckAlarms(t.history, t.evals) }
+
+// logEval appends an evaluation to eval.jsonl and to the trainer's record.
+func (t *GRPOTrainer) logEval(e agrl.EvalRecord) error {
+	if err := t.run.LogEval(e); err != nil {
+		return err
+	}
+	t.evals = append(t.evals, e)
+	return nil
+}
+
 // Tasks returns the evaluation tasks of a split (Dev, Test or OOD).
 func (t *GRPOTrainer) Tasks(s agrl.Split) []agrl.Task { return t.splits[s] }
 
@@ -340,6 +355,9 @@ func (t *GRPOTrainer) restoreProgress() error {
 	for _, e := range r.Evals {
 		if e.Split == agrl.Dev && e.Label == "" && e.Step <= t.step {
 			t.devHist = append(t.devHist, e.Success)
+		}
+		if keep(e) {
+			t.evals = append(t.evals, e)
 		}
 	}
 	t.say("resumed %s at step %d (%s)", t.cfg.Out, t.step, filepath.Base(info.Dir))
@@ -588,7 +606,7 @@ func (t *GRPOTrainer) evaluateAll(ctx context.Context, label string, step int) (
 		if err != nil {
 			return nil, fmt.Errorf("agrl: evaluating %s on %s: %w", label, s, err)
 		}
-		if err := t.run.LogEval(agrl.EvalRecord{Step: step, Split: s, Label: label, EvalResult: res}); err != nil {
+		if err := t.logEval(agrl.EvalRecord{Step: step, Split: s, Label: label, EvalResult: res}); err != nil {
 			return nil, err
 		}
 		switch s {
@@ -690,7 +708,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := t.run.LogEval(agrl.EvalRecord{Step: t.step, Split: agrl.Dev, EvalResult: res}); err != nil {
+			if err := t.logEval(agrl.EvalRecord{Step: t.step, Split: agrl.Dev, EvalResult: res}); err != nil {
 				return nil, err
 			}
 			t.devHist = append(t.devHist, res.Success)
@@ -1145,7 +1163,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	}
 	m[agrl.MetricReward], m[agrl.MetricRewardStd] = mean, math.Sqrt(sq/n)
 	comp := map[string]float64{}
-	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit float64
+	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit, repeated float64
 	for _, ep := range eps {
 		for _, r := range ep.Rewards {
 			comp[r.Name] += r.Value / n
@@ -1162,6 +1180,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 		actions += float64(len(ep.Turns))
 		invalid += float64(ep.InvalidActions())
 		errQuit += agrl.ErrorThenQuit(ep)
+		repeated += agrl.RepeatedToolCalls(ep)
 	}
 	for k, v := range comp {
 		m[agrl.MetricRewardTerm(k)] = v
@@ -1174,6 +1193,8 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricToolErrorRate] = ratio(callErrs, calls)
 	m[agrl.MetricInvalidRate] = ratio(invalid, actions)
 	m[agrl.MetricErrorThenQuit] = errQuit / n
+	m[agrl.MetricRepeatedToolCalls] = ratio(repeated, calls)
+	m[agrl.MetricTopAnswerShare] = agrl.TopAnswerShare(eps)
 	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
 	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
 	m[agrl.MetricEpisodes] = n

@@ -15,8 +15,8 @@ import (
 const DefaultLiveEvery = time.Second
 
 // Live shows a training run's progress while a notebook cell trains: a progress bar (step,
-// elapsed time, time left, steps per second) and a small curve of each chosen metric, updated
-// in place in one output block. Redraws are throttled (see Every); the last step and Close
+// elapsed time, time left, steps per second), a small curve of each chosen metric and the
+// alarms the metrics set off (agrl.CheckAlarms), updated in place in one output block. Redraws are throttled (see Every); the last step and Close
 // always redraw, so the cell keeps the final state. Outside a notebook it draws nothing (HTML
 // still renders the current state).
 //
@@ -34,6 +34,8 @@ type Live struct {
 	auto     bool // no metric named: follow the DefaultMetrics that appear
 	series   map[string][][2]float64
 	last     agrl.Metrics
+	history  []agrl.Metrics // every update, for the alarms
+	alarms   []agrl.Alarm
 	updates  int
 	start    time.Time
 	lastDraw time.Time
@@ -88,6 +90,10 @@ func (l *Live) Update(m agrl.Metrics) {
 	}
 	l.updates++
 	l.last = m
+	if _, ok := m[agrl.MetricStep]; ok && !l.sft() {
+		l.history = append(l.history, m)
+		l.alarms = agrl.CheckAlarms(l.history, nil)
+	}
 	if l.auto {
 		for _, name := range DefaultMetrics {
 			if _, ok := m[name]; ok && !contains(l.metrics, name) {
@@ -189,8 +195,24 @@ func (l *Live) htmlLocked(now time.Time) string {
 		}
 		b.WriteString(`</div>`)
 	}
+	b.WriteString(AlarmsHTML(l.alarms))
 	b.WriteString(`</div>`)
 	return b.String()
+}
+
+// sft reports whether the updates are a warm start's (they carry no GRPO metrics): the alarms
+// read GRPO steps only.
+func (l *Live) sft() bool {
+	_, ok := l.last[agrl.MetricReward]
+	return !ok
+}
+
+// Alarms returns the alarms the GRPO metrics so far set off (agrl.CheckAlarms; the hacking
+// rule needs evaluations, which the live view does not see: report.html shows it).
+func (l *Live) Alarms() []agrl.Alarm {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]agrl.Alarm(nil), l.alarms...)
 }
 
 // sparkline draws points as an inline SVG polyline of w×h pixels, with the y range printed.

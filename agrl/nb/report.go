@@ -16,8 +16,8 @@ import (
 var reportMetrics = []string{agrl.MetricReward, agrl.MetricSuccess, agrl.MetricKL, agrl.MetricEntropy,
 	agrl.MetricResponseLength, agrl.MetricToolCallRate, agrl.MetricClipHigh, agrl.MetricFracRewardZeroStd}
 
-// ReportHTML renders a self-contained HTML report of a run directory: the summary, the
-// before/after table, the training curves (embedded PNG), the evaluations and a few successful
+// ReportHTML renders a self-contained HTML report of a run directory: the summary, the alarms
+// its metrics set off at the end (agrl.CheckAlarms), the before/after table, the training curves (embedded PNG), the evaluations and a few successful
 // and failed trajectories from the last saved step.
 func ReportHTML(run *agrl.Run) (string, error) {
 	var b strings.Builder
@@ -31,6 +31,7 @@ func ReportHTML(run *agrl.Run) (string, error) {
 			html.EscapeString(s.Env), s.Seed, s.Steps, (time.Duration(s.WallSeconds) * time.Second).String(),
 			html.EscapeString(s.Backend), html.EscapeString(s.Status))
 	}
+	b.WriteString(AlarmsHTML(agrl.CheckAlarms(run.Metrics, run.Evals)))
 	before, after := run.BeforeAfter()
 	if len(after) > 0 || len(before) > 0 {
 		b.WriteString("<h2>Before (warm start) and after GRPO</h2>\n")
@@ -75,4 +76,21 @@ func WriteReport(run *agrl.Run) (string, error) {
 		return "", err
 	}
 	return path, nil
+}
+
+// AlarmsHTML renders alarms as a warning box (nothing when there are none): each with the
+// metric that fired it, its value and limit, what to try, and the chapter 8 entry.
+func AlarmsHTML(alarms []agrl.Alarm) string {
+	if len(alarms) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(`<div class="agrl-alarms" style="border-left:4px solid #e65100;background:#fff3e0;padding:4px 10px;margin:6px 0">`)
+	fmt.Fprintf(&b, "<b>%d alarm(s)</b><ul style=\"margin:2px 0\">", len(alarms))
+	for _, a := range alarms {
+		fmt.Fprintf(&b, `<li><b>%s</b>: <code>%s</code> %.3g (limit %.3g) at step %d — %s (<a href="%s">chapter 8</a>)</li>`,
+			html.EscapeString(a.Name), html.EscapeString(a.Metric), a.Value, a.Limit, a.Step, html.EscapeString(a.Message), html.EscapeString(a.Doc))
+	}
+	b.WriteString("</ul></div>\n")
+	return b.String()
 }

@@ -378,6 +378,7 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 			fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
 				tr.Policy().Config().Params(), tr.Policy().BackendConfig(), f.out)
 		}
+		prog.alarms = tr.Alarms
 		tr.OnStep(prog.update)
 	}
 	start := time.Now()
@@ -432,6 +433,10 @@ type progress struct {
 	// first is the first step seen and when it started: the ETA ignores the warm start.
 	first      int
 	firstStart time.Time
+	// alarms, when set, returns the alarms the run sets off so far; each is printed once when
+	// it first fires, and the progress line names those firing.
+	alarms func() []agrl.Alarm
+	shown  map[string]bool
 }
 
 func newProgress(w io.Writer, total int) *progress {
@@ -451,8 +456,28 @@ func (p *progress) update(m agrl.Metrics) {
 	}
 	perStep := time.Since(p.firstStart) / time.Duration(step-p.first+1)
 	eta := perStep * time.Duration(p.total-step)
-	p.emit(step, p.total, 10, fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s",
-		step, p.total, bar(step, p.total), m[agrl.MetricReward], m[agrl.MetricSuccess], m[agrl.MetricToolCallRate], m[agrl.MetricKL], m[agrl.MetricStepSeconds], eta.Round(time.Second)))
+	warn := ""
+	if p.alarms != nil {
+		var names []string
+		for _, a := range p.alarms() {
+			names = append(names, a.Name)
+			if !p.shown[a.Name] {
+				if p.shown == nil {
+					p.shown = map[string]bool{}
+				}
+				p.shown[a.Name] = true
+				if p.tty {
+					fmt.Fprint(p.w, "\r\033[K")
+				}
+				fmt.Fprintf(p.w, "alarm: %s\n", a)
+			}
+		}
+		if len(names) > 0 {
+			warn = " alarms: " + strings.Join(names, ",")
+		}
+	}
+	p.emit(step, p.total, 10, fmt.Sprintf("step %d/%d [%s] reward %.3f success %.2f tool %.2f kl %.4f %.1fs/step eta %s%s",
+		step, p.total, bar(step, p.total), m[agrl.MetricReward], m[agrl.MetricSuccess], m[agrl.MetricToolCallRate], m[agrl.MetricKL], m[agrl.MetricStepSeconds], eta.Round(time.Second), warn))
 }
 
 // sft shows the warm start's progress: on a terminal one line updated in place, otherwise a

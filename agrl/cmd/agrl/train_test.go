@@ -301,3 +301,23 @@ func TestTrainScreen(t *testing.T) {
 		t.Errorf("-screen 1: exit %d: %s", code, stderr)
 	}
 }
+
+// TestProgressShowsAlarms: an alarm is printed once, in full, when it first fires, and the
+// progress line names the alarms firing.
+func TestProgressShowsAlarms(t *testing.T) {
+	var out strings.Builder
+	p := newProgress(&out, 3)
+	fired := []agrl.Alarm{}
+	p.alarms = func() []agrl.Alarm { return fired }
+	p.update(agrl.Metrics{agrl.MetricStep: 1})
+	fired = []agrl.Alarm{{Name: "no-signal", Metric: agrl.MetricFracRewardZeroStd, Value: 0.9, Limit: 0.8, Step: 2, Message: "m", Doc: "d"}}
+	p.update(agrl.Metrics{agrl.MetricStep: 2})
+	p.update(agrl.Metrics{agrl.MetricStep: 3})
+	got := out.String()
+	if strings.Count(got, "alarm: no-signal: frac_reward_zero_std 0.9 (limit 0.8) at step 2") != 1 {
+		t.Errorf("the alarm is not printed exactly once:\n%s", got)
+	}
+	if !strings.Contains(got, "step 3/3") || !strings.HasSuffix(strings.TrimSpace(got), "alarms: no-signal") {
+		t.Errorf("the last progress line does not name the alarm:\n%s", got)
+	}
+}
