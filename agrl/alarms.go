@@ -169,6 +169,29 @@ func CheckAlarms(history []Metrics, evals []EvalRecord) []Alarm {
 	return out
 }
 
+// FirstAlarms replays CheckAlarms at every step of a history (with the evaluations logged up
+// to that step) and returns each alarm as it was when it first fired, in the order they fired:
+// when a finished run's warnings would have appeared during training.
+func FirstAlarms(history []Metrics, evals []EvalRecord) []Alarm {
+	var out []Alarm
+	seen := map[string]bool{}
+	for i := 1; i <= len(history); i++ {
+		var ev []EvalRecord
+		for _, e := range evals {
+			if e.Step <= history[i-1].Step() {
+				ev = append(ev, e)
+			}
+		}
+		for _, a := range CheckAlarms(history[:i], ev) {
+			if !seen[a.Name] {
+				seen[a.Name] = true
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
 // devSuccessTrend returns the dev success of a run's first evaluation (the start's, label
 // "sft", else the earliest) and of its latest, when there are at least two.
 func devSuccessTrend(evals []EvalRecord) (start, latest float64, ok bool) {

@@ -16,22 +16,11 @@ func alarmNames(alarms []Alarm) []string {
 	return names
 }
 
-// everyStep runs CheckAlarms at every step of a run (with the evaluations logged up to it) and
-// returns the first step each alarm fired at.
+// everyStep returns the first step each alarm fired at (FirstAlarms).
 func everyStep(r *Run) map[string]int {
 	first := map[string]int{}
-	for i := 1; i <= len(r.Metrics); i++ {
-		var evals []EvalRecord
-		for _, e := range r.Evals {
-			if e.Step <= r.Metrics[i-1].Step() {
-				evals = append(evals, e)
-			}
-		}
-		for _, a := range CheckAlarms(r.Metrics[:i], evals) {
-			if _, ok := first[a.Name]; !ok {
-				first[a.Name] = i
-			}
-		}
+	for _, a := range FirstAlarms(r.Metrics, r.Evals) {
+		first[a.Name] = a.Step
 	}
 	return first
 }
