@@ -3,7 +3,6 @@ package learn
 import (
 	"agrl.dev/agrl"
 
-	"context"
 	"path/filepath"
 	"testing"
 )
@@ -12,21 +11,9 @@ import (
 // first step it fired at.
 func alarmsOf(t *testing.T, g agrl.GRPO) map[string]int {
 	t.Helper()
-	tr, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	first := map[string]int{}
-	for i := 1; i <= len(res.History); i++ {
-		for _, a := range agrl.CheckAlarms(res.History[:i], nil) {
-			if _, ok := first[a.Name]; !ok {
-				first[a.Name] = i
-			}
-		}
+	for _, a := range agrl.FirstAlarms(train(t, g).History, nil) {
+		first[a.Name] = a.Step
 	}
 	return first
 }
