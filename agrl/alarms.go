@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 )
 
 // Alarms: rules of thumb that say, from a run's own metrics, that training is going wrong —
@@ -54,6 +55,8 @@ const (
 // CheckAlarms evaluates every rule on a run's history (its metrics, in step order) and its
 // evaluations (nil if none yet), and returns the alarms that fire, in a fixed order:
 //
+//   - token-mismatch: the step trained on ids that differ from the ids sampled (any step; a
+//     bug in the pipeline, never the policy's doing).
 //   - no-signal: most groups' rewards are all equal (frac_reward_zero_std ≥ 0.8 over the
 //     window): the loss is 0 on them and nothing is learnt (chapter 8, "the loss is zero" and
 //     "nothing moves").
@@ -84,8 +87,11 @@ func CheckAlarms(history []Metrics, evals []EvalRecord) []Alarm {
 	step := history[n-1].Step()
 	var out []Alarm
 	fire := func(name, metric string, value, limit float64, msg, doc string) {
+		if !strings.HasPrefix(doc, "tutorials/") {
+			doc = troubleshooting + doc // an entry of chapter 8
+		}
 		out = append(out, Alarm{Name: name, Metric: metric, Value: value, Limit: limit, Step: step,
-			Message: msg, Doc: troubleshooting + doc})
+			Message: msg, Doc: doc})
 	}
 	mean := func(k string, from, to int) (float64, bool) {
 		s, c := 0.0, 0
@@ -103,6 +109,10 @@ func CheckAlarms(history []Metrics, evals []EvalRecord) []Alarm {
 	last := func(k string) (float64, bool) { return mean(k, n-AlarmWindow, n) }
 	first := func(k string) (float64, bool) { return mean(k, 0, AlarmWindow) }
 
+	// A token mismatch is a bug, not a trend: any step's counts.
+	if v := history[n-1][MetricTokenMismatches]; v > 0 {
+		fire("token-mismatch", MetricTokenMismatches, v, 0, "the trainer trained on token ids the sampler did not emit (a re-tokenised transcript?): the loss and its ratios are wrong", "tutorials/09-from-tiny-to-real-llm.ipynb#3.-Token-in,-token-out")
+	}
 	// KL blow-up judges single steps: a spike matters at once.
 	if kl, ok := history[n-1][MetricKL]; ok && kl > 1 {
 		fire("kl-blowup", MetricKL, kl, 1, "the policy jumped away from the reference in one step: lower the learning rate (LR, Warmup, GradClip)", "#1.-Learning-rate-too-high:-collapse")

@@ -122,6 +122,8 @@ func TestAlarmRulesOnConstructedHistories(t *testing.T) {
 		{"repeated-calls", history(10, with(MetricRepeatedToolCalls, 0.4, 0.4)), true},
 		{"repeated-calls", history(10, with(MetricRepeatedToolCalls, 0.25, 0.25)), false},
 		{"kl-blowup", history(3, with(MetricKL, 1.5, 1.5)), true},
+		{"token-mismatch", history(1, with(MetricTokenMismatches, 2, 2)), true},
+		{"token-mismatch", history(12, with(MetricTokenMismatches, 0, 0)), false},
 		{"no-signal", history(9, with(MetricFracRewardZeroStd, 1, 1)), false}, // too young to judge
 	} {
 		got := slices.Contains(alarmNames(CheckAlarms(c.h, nil)), c.name)

@@ -44,6 +44,9 @@ type Turn struct {
 	ToolError string `json:"tool_error,omitempty"`
 	// Info is the environment's StepResult.Info.
 	Info map[string]string `json:"info,omitempty"`
+	// Sampled are the token ids the policy sampled for this action, as the sampler emitted
+	// them (model rollouts only): the record TokenMismatches checks the trained ids against.
+	Sampled []int32 `json:"sampled,omitempty"`
 }
 
 // Episode is the record of one attempt at a task: the turns, why it ended, the answer and its
@@ -164,4 +167,35 @@ func (e *Episode) MarshalIndent() string {
 		return fmt.Sprintf("{%q: %q}", "error", err.Error())
 	}
 	return string(b)
+}
+
+// TokenMismatches compares the ids an episode trains on — Tokens where LossMask is 1, in order —
+// with the ids its sampler emitted (each turn's Sampled, in order) and returns how many
+// positions differ (a difference in length counts every missing or extra id). It must be 0: a
+// trainer that re-tokenises the transcript instead of keeping the sampled ids trains on tokens
+// that were never sampled, with log-probs that belong to others. ok is false for an episode
+// with no sampled record (text-level agents, or episodes saved before it existed).
+func (e *Episode) TokenMismatches() (n int, ok bool) {
+	var sampled []int32
+	for _, t := range e.Turns {
+		sampled = append(sampled, t.Sampled...)
+	}
+	if len(sampled) == 0 {
+		return 0, false
+	}
+	var trained []int32
+	for i, m := range e.LossMask {
+		if m == 1 && i < len(e.Tokens) {
+			trained = append(trained, e.Tokens[i])
+		}
+	}
+	for i := range min(len(sampled), len(trained)) {
+		if sampled[i] != trained[i] {
+			n++
+		}
+	}
+	if d := len(sampled) - len(trained); d != 0 {
+		n += max(d, -d)
+	}
+	return n, true
 }

@@ -31,6 +31,9 @@ const (
 	// then gave up or stopped without a correct answer (ErrorThenQuit): the shape of the
 	// "provoke an error and quit" reward hack, logged whatever the rubric.
 	MetricErrorThenQuit = "error_then_quit"
+	// MetricTokenMismatches counts, over the step's episodes, the trained token ids that differ
+	// from the ids the sampler emitted (Episode.TokenMismatches): it must be 0.
+	MetricTokenMismatches = "tokens/mismatch"
 	// MetricFracRewardZeroStd is the fraction of groups whose rewards were all equal (they carry
 	// no learning signal; TRL frac_reward_zero_std).
 	MetricFracRewardZeroStd = "frac_reward_zero_std"

@@ -1163,7 +1163,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	}
 	m[agrl.MetricReward], m[agrl.MetricRewardStd] = mean, math.Sqrt(sq/n)
 	comp := map[string]float64{}
-	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit, repeated float64
+	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit, repeated, mismatched float64
 	for _, ep := range eps {
 		for _, r := range ep.Rewards {
 			comp[r.Name] += r.Value / n
@@ -1181,6 +1181,9 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 		invalid += float64(ep.InvalidActions())
 		errQuit += agrl.ErrorThenQuit(ep)
 		repeated += agrl.RepeatedToolCalls(ep)
+		if k, ok := ep.TokenMismatches(); ok {
+			mismatched += float64(k)
+		}
 	}
 	for k, v := range comp {
 		m[agrl.MetricRewardTerm(k)] = v
@@ -1195,6 +1198,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricErrorThenQuit] = errQuit / n
 	m[agrl.MetricRepeatedToolCalls] = ratio(repeated, calls)
 	m[agrl.MetricTopAnswerShare] = agrl.TopAnswerShare(eps)
+	m[agrl.MetricTokenMismatches] = mismatched
 	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
 	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
 	m[agrl.MetricEpisodes] = n

@@ -2,6 +2,7 @@ package learn
 
 import (
 	"agrl.dev/agrl"
+	"slices"
 
 	"errors"
 	"fmt"
@@ -78,7 +79,9 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 		for range c.Tokens {
 			ep.LossMask = append(ep.LossMask, 1)
 		}
-		if l.Act(p.tok.Decode(c.Tokens)) {
+		done := l.Act(p.tok.Decode(c.Tokens))
+		ep.Turns[len(ep.Turns)-1].Sampled = slices.Clone(c.Tokens)
+		if done {
 			return nil, false
 		}
 		if c.Stop == agrl.StopBudget {

@@ -1,6 +1,7 @@
 package nb
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,5 +43,33 @@ func TestLiveShowsAlarms(t *testing.T) {
 	}
 	if a := l.Alarms(); len(a) != 1 || a[0].Name != "no-signal" || !strings.Contains(l.HTML(), "no-signal") {
 		t.Errorf("alarms %v", a)
+	}
+}
+
+// TestTokenAudit: every token with its id and role, the policy's highlighted with their
+// log-probs, and the mismatch count — 0 for a faithful episode, flagged when the trained ids
+// are not the sampled ones.
+func TestTokenAudit(t *testing.T) {
+	ep := &agrl.Episode{
+		Tokens:   []int32{1, 10, 11, 20, 21, 30, 31, 22},
+		LossMask: []uint8{0, 0, 0, 1, 1, 0, 0, 1},
+		LogProbs: []float32{0, 0, 0, -0.5, -1.25, 0, 0, -0.1},
+		Turns:    []agrl.Turn{{Sampled: []int32{20, 21}}, {Sampled: []int32{22}}},
+	}
+	if got := TokenRoles(ep); strings.Join(got, ",") != "prompt,prompt,prompt,policy,policy,observation,observation,policy" {
+		t.Fatalf("roles %v", got)
+	}
+	decode := func(ids []int32) string { return fmt.Sprintf("t%d ", ids[0]) }
+	page := TokenAuditHTML(ep, decode)
+	for _, want := range []string{"8 tokens: 3 prompt, 3 policy, 2 observation; 0 sampled-vs-trained id mismatches",
+		`<tr style="background:#e8f5e9"><td>4</td><td>21</td><td>t21␣</td><td>policy</td><td>-1.250</td></tr>`,
+		`<td>5</td><td>30</td><td>t30␣</td><td>observation</td>`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("audit lacks %q:\n%s", want, page)
+		}
+	}
+	ep.Tokens[7] = 23 // trained on an id the sampler did not emit
+	if page := TokenAuditHTML(ep, decode); !strings.Contains(page, "1 sampled-vs-trained id mismatches") {
+		t.Errorf("mismatch not flagged:\n%s", page)
 	}
 }

@@ -228,7 +228,9 @@ func (r *run) play(e *episode) error {
 		default:
 			a = invalidf("the action reached the cap of %d tokens before its end-of-turn token", capTokens)
 		}
-		if act(l, text, a) {
+		done := act(l, text, a)
+		ep.Turns[len(ep.Turns)-1].Sampled = slices.Clone(action)
+		if done {
 			return nil
 		}
 		if len(action) >= room {
