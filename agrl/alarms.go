@@ -46,9 +46,9 @@ const (
 	// MetricRepeatedToolCalls is the share of a step's tool calls that repeat a call (same
 	// tool, same arguments) made earlier in the same episode.
 	MetricRepeatedToolCalls = "tool_calls/repeated"
-	// MetricTopAnswerShare is, over a step's tasks (when there are at least two), the largest
-	// share of them whose most common answer is one and the same answer: 1 when every task gets
-	// the same answer, whatever it asks.
+	// MetricTopAnswerShare is the share of a step's tasks whose most common answer is one and
+	// the same wrong answer, when two tasks or more share it (TopAnswerShare): 1 when every task
+	// gets the same wrong answer, whatever it asks.
 	MetricTopAnswerShare = "answer/top_share"
 )
 
@@ -58,8 +58,8 @@ const (
 //   - token-mismatch: the step trained on ids that differ from the ids sampled (any step; a
 //     bug in the pipeline, never the policy's doing).
 //   - no-signal: most groups' rewards are all equal (frac_reward_zero_std ≥ 0.8 over the
-//     window): the loss is 0 on them and nothing is learnt (chapter 8, "the loss is zero" and
-//     "nothing moves").
+//     window, without dynamic sampling's refills): the loss is 0 on them and nothing is learnt
+//     (chapter 8, "the loss is zero" and "nothing moves").
 //   - entropy-collapse: the entropy fell below a quarter of the run's first window while half
 //     the groups or more carry no signal and training success is below 0.8: the policy stopped
 //     exploring before it solved the tasks (a confident policy that solves them, or that still
@@ -71,8 +71,8 @@ const (
 //     window's, or grew over 3×; turns-collapse: episodes fell to one turn on average from two
 //     or more (stalling, or giving up on tools).
 //   - repeated-calls: over 30% of tool calls repeat an earlier identical call (loops).
-//   - one-answer: over the window, half or more of the tasks of a step get the same answer
-//     (a degenerate policy that answers alike whatever it is asked).
+//   - one-answer: over the window, half or more of the tasks of a step get one and the same
+//     wrong answer (a degenerate policy that answers alike whatever it is asked).
 //   - error-then-quit: 30% or more of the episodes stop right after a failed tool call without
 //     a correct answer, and the share is not falling (the shape of a reward hack, chapter 8, §3).
 //   - tool-errors: fewer than 80% of tool calls succeed (tool_error_rate above 0.2).
@@ -126,7 +126,10 @@ func CheckAlarms(history []Metrics, evals []EvalRecord) []Alarm {
 	if n < AlarmWindow {
 		return out
 	}
-	if v, ok := last(MetricFracRewardZeroStd); ok && v >= 0.8 {
+	// With dynamic sampling frac_reward_zero_std counts the first rollout's groups, before the
+	// refills that replace them: it says nothing about the batch trained on.
+	refills, _ := last(MetricRefills)
+	if v, ok := last(MetricFracRewardZeroStd); ok && v >= 0.8 && refills == 0 {
 		fire("no-signal", MetricFracRewardZeroStd, v, 0.8, "most groups' rewards are all equal, so their advantages and loss are 0: easier tasks, a denser rubric, larger groups, DynamicSampling or Screen", "#5.-\"The-loss-is-zero\":-all-equal-groups")
 	}
 	if n >= 2*AlarmWindow {
@@ -223,36 +226,41 @@ func devSuccessTrend(evals []EvalRecord) (start, latest float64, ok bool) {
 	return dev[0].Success, dev[len(dev)-1].Success, true
 }
 
-// TopAnswerShare is MetricTopAnswerShare of a batch of episodes: group them by task, take each
-// task's most common non-empty answer, and return the largest share of the tasks that share one
-// answer (0 with fewer than two tasks answered).
+// TopAnswerShare is MetricTopAnswerShare of a batch of episodes: group them by task and take
+// each task's most common non-empty answer; among the tasks whose most common answer is wrong,
+// find the answer most of them share; return the share of all the tasks that give it — when at
+// least two do, else 0. Right answers never count (different tasks may share a gold answer),
+// nor does a lone wrong one: 1 means every task gets the same wrong answer.
 func TopAnswerShare(eps []*Episode) float64 {
 	byTask := map[string]map[string]int{}
+	gold := map[string]string{}
 	for _, ep := range eps {
-		if ep.Answer == "" {
-			continue
-		}
 		if byTask[ep.Task.ID] == nil {
 			byTask[ep.Task.ID] = map[string]int{}
 		}
-		byTask[ep.Task.ID][ep.Answer]++
-	}
-	if len(byTask) < 2 {
-		return 0
+		gold[ep.Task.ID] = ep.Task.Answer
+		if ep.Answer != "" && !ep.Correct {
+			byTask[ep.Task.ID][ep.Answer]++
+		}
 	}
 	modal := map[string]int{}
-	for _, answers := range byTask {
+	for id, answers := range byTask {
 		best, bestN := "", 0
 		for a, c := range answers {
 			if c > bestN || c == bestN && a < best {
 				best, bestN = a, c
 			}
 		}
-		modal[best]++
+		if bestN > 0 && best != gold[id] {
+			modal[best]++
+		}
 	}
 	top := 0
 	for _, c := range modal {
 		top = max(top, c)
+	}
+	if top < 2 {
+		return 0
 	}
 	return float64(top) / float64(len(byTask))
 }

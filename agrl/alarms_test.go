@@ -125,6 +125,12 @@ func TestAlarmRulesOnConstructedHistories(t *testing.T) {
 		{"token-mismatch", history(1, with(MetricTokenMismatches, 2, 2)), true},
 		{"token-mismatch", history(12, with(MetricTokenMismatches, 0, 0)), false},
 		{"no-signal", history(9, with(MetricFracRewardZeroStd, 1, 1)), false}, // too young to judge
+		{"no-signal", history(12, with(MetricFracRewardZeroStd, 1, 1)), true},
+		{"no-signal", history(12, func(i int) Metrics { // dynamic sampling refilled the batch
+			m := with(MetricFracRewardZeroStd, 1, 1)(i)
+			m[MetricRefills] = 2
+			return m
+		}), false},
 	} {
 		got := slices.Contains(alarmNames(CheckAlarms(c.h, nil)), c.name)
 		if got != c.fires {
@@ -136,17 +142,21 @@ func TestAlarmRulesOnConstructedHistories(t *testing.T) {
 	}
 }
 
-// TestTopAnswerShare: the share of tasks whose most common answer is the same.
+// TestTopAnswerShare: the share of tasks whose most common answer is one shared wrong answer.
 func TestTopAnswerShare(t *testing.T) {
-	ep := func(task, answer string) *Episode { return &Episode{Task: Task{ID: task}, Answer: answer} }
+	ep := func(task, gold, answer string) *Episode {
+		return &Episode{Task: Task{ID: task, Answer: gold}, Answer: answer, Correct: answer == gold}
+	}
 	for _, c := range []struct {
 		eps  []*Episode
 		want float64
 	}{
-		{[]*Episode{ep("a", "1"), ep("a", "1"), ep("b", "2"), ep("c", "3")}, 1.0 / 3},
-		{[]*Episode{ep("a", "0"), ep("b", "0"), ep("c", "0"), ep("d", "7")}, 0.75},
-		{[]*Episode{ep("a", "0"), ep("a", "0")}, 0},            // one task: no judgement
-		{[]*Episode{ep("a", ""), ep("b", ""), ep("c", "")}, 0}, // no answers
+		{[]*Episode{ep("a", "84", "84"), ep("b", "12", "13"), ep("b", "12", "13")}, 0},                 // two tasks, different answers
+		{[]*Episode{ep("a", "1", "0"), ep("b", "2", "0"), ep("c", "3", "0"), ep("d", "0", "0")}, 0.75}, // three share the wrong "0"
+		{[]*Episode{ep("a", "7", "7"), ep("b", "7", "7")}, 0},                                          // a shared right answer
+		{[]*Episode{ep("a", "1", "0"), ep("b", "2", "5")}, 0},                                          // wrong, not shared
+		{[]*Episode{ep("a", "1", "0"), ep("a", "1", "0"), ep("b", "2", "0"), ep("b", "2", "2")}, 1},    // both tasks' modal answer
+		{[]*Episode{ep("a", "1", ""), ep("b", "2", ""), ep("c", "3", "")}, 0},                          // no answers
 	} {
 		if got := TopAnswerShare(c.eps); got != c.want {
 			t.Errorf("TopAnswerShare = %v, want %v", got, c.want)

@@ -36,9 +36,13 @@ type PretrainedLM struct {
 
 // Pretrained names the model directory (config.json, model.safetensors or sharded weights with
 // their index, tokenizer.json, and tokenizer_config.json with the chat template) of the
-// pretrained policy. No model hub is contacted: download the model first (for instance
+// pretrained policy; a relative path is made absolute, so that a run records (and resumes
+// with) the same model whatever the working directory. No model hub is contacted: download the model first (for instance
 // `huggingface-cli download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B`).
 func Pretrained(dir string) PretrainedLM {
+	if abs, err := filepath.Abs(dir); err == nil && dir != "" {
+		dir = abs // recorded in config.json and checkpoints: the same model from any directory
+	}
 	return PretrainedLM{dir: dir, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8}
 }
 

@@ -84,3 +84,23 @@ func TestTokenAuditPretrained(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchMismatches: the trainer's check reads the batch it trains on, so a batch whose ids
+// are not the sampled ones is counted (and an all-masked row is not).
+func TestBatchMismatches(t *testing.T) {
+	ep := &agrl.Episode{Tokens: []int32{1, 5, 6, 7, 8}, LossMask: []uint8{0, 1, 1, 0, 1},
+		Turns: []agrl.Turn{{Sampled: []int32{5, 6}}, {Sampled: []int32{8}}}}
+	mask := []float32{0, 1, 1, 0, 1}
+	b := TrainBatch{Tokens: [][]int32{ep.Tokens}, Values: map[string][][]float32{valMask: {mask}}}
+	if n := batchMismatches(b, []*agrl.Episode{ep}, []int{0}); n != 0 {
+		t.Errorf("faithful batch: %d mismatches", n)
+	}
+	b.Tokens = [][]int32{{1, 5, 9, 7, 8}} // a re-tokenised row
+	if n := batchMismatches(b, []*agrl.Episode{ep}, []int{0}); n != 1 {
+		t.Errorf("one changed id: %d mismatches, want 1", n)
+	}
+	b.Values[valMask] = [][]float32{{0, 0, 0, 0, 0}} // MaskTruncated: trains on nothing
+	if n := batchMismatches(b, []*agrl.Episode{ep}, []int{0}); n != 0 {
+		t.Errorf("masked row: %d mismatches, want 0", n)
+	}
+}

@@ -841,6 +841,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	shuffle := rand.New(rand.NewPCG(t.seedFor("shuffle", step), 0))
 	agg := map[string]float64{}
 	var upd updateStats
+	mismatched := 0 // trained ids that are not the sampled ones (must stay 0)
 	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
 		if epoch > 0 {
 			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -848,6 +849,9 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		for mb := 0; mb < t.cfg.Minibatches; mb++ {
 			idx := order[mb*len(order)/t.cfg.Minibatches : (mb+1)*len(order)/t.cfg.Minibatches]
 			batch := t.batch(eps, adv, refScores, idx, epoch == 0 && mb == 0)
+			if epoch == 0 {
+				mismatched += batchMismatches(batch, eps, idx)
+			}
 			st, err := t.learner.Step(batch)
 			if err != nil {
 				return nil, fmt.Errorf("agrl: step %d: update: %w", step, err)
@@ -873,6 +877,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		m[k] = agg[k]
 	}
 	upd.report(m)
+	m[agrl.MetricTokenMismatches] = float64(mismatched)
 	total := time.Since(start).Seconds()
 	m[agrl.MetricStepSeconds], m[agrl.MetricRolloutSeconds], m[agrl.MetricUpdateSeconds] = total, rollSeconds, updSeconds
 	m[agrl.MetricTokensSampled] = float64(roll.generated)
@@ -887,6 +892,30 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// batchMismatches counts the token ids of an optimizer batch's trained positions (mask 1) that
+// differ from the ids the sampler emitted for the episodes at idx (their turns' Sampled; see
+// agrl.Episode.TokenMismatches): what the trainer consumes, checked against the sampler's own
+// record. Rows whose mask is all 0 (MaskTruncated) train on nothing and are skipped, as are
+// episodes without a sampled record.
+func batchMismatches(b TrainBatch, eps []*agrl.Episode, idx []int) int {
+	n := 0
+	for k, i := range idx {
+		trained := agrl.Episode{Tokens: b.Tokens[k], Turns: eps[i].Turns}
+		any := false
+		for _, v := range b.Values[valMask][k] {
+			trained.LossMask = append(trained.LossMask, uint8(v))
+			any = any || v != 0
+		}
+		if !any {
+			continue
+		}
+		if d, ok := trained.TokenMismatches(); ok {
+			n += d
+		}
+	}
+	return n
 }
 
 // updateStats accumulates the optimizer steps of one GRPO step.
@@ -1163,7 +1192,7 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	}
 	m[agrl.MetricReward], m[agrl.MetricRewardStd] = mean, math.Sqrt(sq/n)
 	comp := map[string]float64{}
-	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit, repeated, mismatched float64
+	var success, length, turns, truncated, callEps, calls, callErrs, actions, invalid, errQuit, repeated float64
 	for _, ep := range eps {
 		for _, r := range ep.Rewards {
 			comp[r.Name] += r.Value / n
@@ -1181,9 +1210,6 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 		invalid += float64(ep.InvalidActions())
 		errQuit += agrl.ErrorThenQuit(ep)
 		repeated += agrl.RepeatedToolCalls(ep)
-		if k, ok := ep.TokenMismatches(); ok {
-			mismatched += float64(k)
-		}
 	}
 	for k, v := range comp {
 		m[agrl.MetricRewardTerm(k)] = v
@@ -1198,7 +1224,6 @@ func (t *GRPOTrainer) stepMetrics(eps []*agrl.Episode, rewards []float64, st rol
 	m[agrl.MetricErrorThenQuit] = errQuit / n
 	m[agrl.MetricRepeatedToolCalls] = ratio(repeated, calls)
 	m[agrl.MetricTopAnswerShare] = agrl.TopAnswerShare(eps)
-	m[agrl.MetricTokenMismatches] = mismatched
 	m[agrl.MetricFracRewardZeroStd] = ratio(float64(st.zeroStd), float64(st.groups))
 	m[agrl.MetricRefills], m[agrl.MetricDroppedGroups] = float64(st.refills), float64(st.dropped)
 	m[agrl.MetricEpisodes] = n

@@ -28,15 +28,12 @@ func transposedOf(w []float32, out, in int) []float32 {
 	first := unsafe.SliceData(w)
 	key := weak.Make(first)
 	if v, ok := transposed.Load(key); ok {
-		return v.([]float32)
-	}
-	wt := make([]float32, len(w))
-	for o := range out {
-		row := w[o*in : (o+1)*in]
-		for i, v := range row {
-			wt[i*out+o] = v
+		if wt := v.([]float32); len(wt) == len(w) {
+			return wt
 		}
+		return transpose(w, out, in) // another slice starting at the same element: no caching
 	}
+	wt := transpose(w, out, in)
 	if v, loaded := transposed.LoadOrStore(key, wt); loaded {
 		return v.([]float32)
 	}

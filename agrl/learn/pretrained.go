@@ -360,7 +360,11 @@ func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []strin
 			return nil
 		}
 		val := tensors.FromShape(shape)
-		if saved, ok := p.optState[path]; ok {
+		saved, ok := p.optState[path]
+		if !ok && len(p.optState) > 0 {
+			return fmt.Errorf("agrl: the checkpoint's optimizer state has no %s", path)
+		}
+		if ok {
 			if len(saved) != shape.Size() {
 				return fmt.Errorf("agrl: optimizer state %s has %d values for shape %s", path, len(saved), shape)
 			}
@@ -606,6 +610,11 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 			return err
 		}
 		opt := map[string]hf.Tensor{}
+		for name, data := range p.optState { // restored, not yet taken by a learner
+			if p.store.GetVariable(name) == nil {
+				opt[name] = hf.F32Tensor(data, len(data))
+			}
+		}
 		for v := range p.store.IterVariables() {
 			if len(v.Path()) <= len(optScope) || v.Path()[:len(optScope)+1] != optScope+"/" {
 				continue
@@ -677,13 +686,18 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 // model directory must still be where it was), on the given backend ("" means the default,
 // or for a pretrained policy the one it was trained on).
 func LoadModel(dir, backend string) (Model, error) {
-	info, ok := newestCheckpoint(dir)
-	if !ok {
+	cands := Checkpoints(dir)
+	if len(cands) == 0 {
 		return nil, fmt.Errorf("agrl: LoadModel: no checkpoint in %s", dir)
 	}
+	// The kind from the newest readable policy.json: a damaged newest checkpoint still falls
+	// back to an older one of the same kind.
 	var meta pretrainedJSON
-	if b, err := os.ReadFile(filepath.Join(info.Dir, policyFile)); err == nil {
-		_ = json.Unmarshal(b, &meta)
+	for _, c := range cands {
+		b, err := os.ReadFile(filepath.Join(c, policyFile))
+		if err == nil && json.Unmarshal(b, &meta) == nil {
+			break
+		}
 	}
 	if meta.Kind != kindPretrained {
 		return LoadPolicy(dir, backend)

@@ -159,7 +159,7 @@ func (s *Session) Banner() string {
 const help = `commands:
   :help              this list
   :new [difficulty]  a new task (easy, medium, hard, extreme; default: the mix)
-  :task N | TEXT     task number N of the session's stream, or a task of your own (calc: an expression)
+  :task N | TEXT     task number N of the stream (of the last :new's difficulty), or a task of your own (calc: an expression)
   :step              the agent writes the next action (also: an empty line)
   :auto              the agent plays to the end of the episode
   :temp T            the agent's sampling temperature (now %g)
@@ -204,6 +204,7 @@ func (s *Session) Exec(line string) (out string, quit bool) {
 			return s.errorf("%v", err), false
 		}
 		s.next++
+		s.diff = d // ":task N" then numbers this difficulty's tasks
 		return s.restart(task), false
 	case "task", "t":
 		return s.taskCmd(arg), false
@@ -344,26 +345,33 @@ func (s *Session) ending() string {
 }
 
 func (s *Session) step() string {
+	out, _ := s.agentStep()
+	return out
+}
+
+// agentStep lets the agent act; ok is false when it could not (no agent, the episode over, the
+// agent failed).
+func (s *Session) agentStep() (out string, ok bool) {
 	if s.o.Agent == nil {
-		return s.errorf("no agent: start with --run DIR to have a checkpoint act")
+		return s.errorf("no agent: start with --run DIR to have a checkpoint act"), false
 	}
 	if s.done {
-		return s.errorf("the episode is over: :new for another task")
+		return s.errorf("the episode is over: :new for another task"), false
 	}
 	text, err := s.o.Agent.Act(s.Episode(), s.o.Temperature, s.o.Seed+uint64(s.stepped))
 	s.stepped++
 	if err != nil {
-		return s.errorf("agent: %v", err)
+		return s.errorf("agent: %v", err), false
 	}
-	return s.act(text, true)
+	return s.act(text, true), true
 }
 
 func (s *Session) auto() string {
 	var b strings.Builder
 	for !s.done {
-		out := s.step()
+		out, ok := s.agentStep()
 		b.WriteString(out)
-		if strings.Contains(out, "error:") {
+		if !ok {
 			break
 		}
 	}
@@ -401,7 +409,7 @@ func (s *Session) why() string {
 		return s.errorf("%v", err)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "turn %d, token by token (log-prob; the likeliest alternatives):\n", turn+1)
+	fmt.Fprintf(&b, "turn %d as the agent reads it, token by token (log-prob; the likeliest alternatives):\n", turn+1)
 	for _, tc := range toks {
 		text := fmt.Sprintf("%-10q %7.3f", tc.Text, tc.LogProb)
 		if tc.LogProb < math.Log(0.1) { // a token drawn with probability below 10%

@@ -89,6 +89,9 @@ func TestCommands(t *testing.T) {
 		"error: :task -1: want a number >= 0", `error: calc: "1/0"`, "error: :task wants", "temperature 0.5",
 		"error: :temp wants", "error: no agent", "error: nothing to undo", "error: :save wants a file name",
 		"saved the episode (1 turns)", "error: unknown command :frobnicate")
+	if strings.Count(out, "(hard)") < 2 {
+		t.Errorf(":task 3 after :new hard is not a hard task:\n%s", out)
+	}
 	eps, err := agrl.ReadEpisodes(save)
 	if err != nil || len(eps) != 1 || eps[0].Answer != "7" || len(eps[0].Rewards) == 0 {
 		t.Fatalf("saved episodes %v, %v: want the scored episode", eps, err)
@@ -117,11 +120,11 @@ func (a *scripted) Explain(ep *agrl.Episode, turn int, temperature float64, k in
 // TestAgentSteps: Enter and :step let the agent act with the session's temperature and seeds,
 // the user takes over in between, :auto plays to the end, :why shows the tokens.
 func TestAgentSteps(t *testing.T) {
-	a := &scripted{actions: []string{"<tool>calc(12*(3+4))</tool>", "<tool>calc(84)</tool>", "<answer>84</answer>"}}
+	a := &scripted{actions: []string{"<tool>calc(12*(3+4))</tool>", "<tool>calc(84)</tool>", "<tool>calc(1/0)</tool>", "<answer>84</answer>"}}
 	out := transcript(t, options(a), ":task 12*(3+4)", "", ":temp 0.9", "<tool>calc(84)</tool>", ":auto", ":why", ":quit")
-	wantAll(t, out, "agent: <tool>calc(12*(3+4))</tool>\nobs: 84", "agent: <answer>84</answer>", `answer "84": correct`,
+	wantAll(t, out, "agent: <tool>calc(12*(3+4))</tool>\nobs: 84", "agent: <tool>calc(1/0)</tool>\ntool error:", "agent: <answer>84</answer>", `answer "84": correct`,
 		`"<answer>"  -0.010   "<answer>" -0.010, "<tool>" -4.600`, "\"84\"        -3.000\n")
-	if got := strings.Join(a.calls, "; "); got != "turn 0 t=0.3 seed=1; turn 2 t=0.9 seed=2" {
+	if got := strings.Join(a.calls, "; "); got != "turn 0 t=0.3 seed=1; turn 2 t=0.9 seed=2; turn 3 t=0.9 seed=3" { // :auto goes on after a tool error
 		t.Errorf("agent calls %q", got)
 	}
 	if strings.Contains(out, "\033[") {

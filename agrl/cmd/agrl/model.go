@@ -156,6 +156,11 @@ func cmdModelExport(args []string, stdout, stderr io.Writer) error {
 	if !ok {
 		return fmt.Errorf("%s holds a Tiny policy, not a pretrained model's adapters: nothing to export", *runDir)
 	}
+	if a, errA := os.Stat(*out); errA == nil {
+		if b, errB := os.Stat(p.Spec().Dir); errB == nil && os.SameFile(a, b) {
+			return usageError{fmt.Errorf("-out %s is the base model's directory: exporting there would overwrite the model the adapters belong to", *out)}
+		}
+	}
 	if *merged {
 		err = p.SaveMerged(*out, dt)
 	} else {

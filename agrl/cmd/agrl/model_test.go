@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,9 +119,37 @@ func TestTrainPretrained(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(merged, "tokenizer.json")); err != nil {
 		t.Error("merged model has no tokenizer.json")
 	}
-	_ = adapted // merged = base + adapters is checked on trained adapters in agrl/learn (TestPretrainedGRPO)
+	// The exported adapters are the checkpoint's, and the merged model computes base + them.
+	ck, err := llm.LoadAdapters(filepath.Join(out, "checkpoints", strings.TrimSpace(readFile(t, filepath.Join(out, "checkpoints", "LATEST")))), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range a.Params() {
+		if !slices.Equal(p.Data, ck.Params()[i].Data) {
+			t.Fatalf("exported %s differs from the checkpoint's", p.Name)
+		}
+	}
+	ids := []int32{297, 72, 105, 33, 298}
+	want, _ := adapted.Logits(ids)
+	got, _ := m.Logits(ids)
+	for i := range want {
+		for j := range want[i] {
+			if d := want[i][j] - got[i][j]; d > 1e-4 || d < -1e-4 {
+				t.Fatalf("merged logits differ from base + adapters at %d,%d by %g", i, j, d)
+			}
+		}
+	}
 	// A Tiny flag with -model is a usage error.
 	if code, _, stderr := runCLI("train", "--model", fixture, "--sft-steps", "10", "--out", filepath.Join(t.TempDir(), "x")); code != 2 {
 		t.Errorf("-model with -sft-steps: exit %d: %s", code, stderr)
 	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -6,8 +6,10 @@ import (
 	"io"
 	"math"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/learn"
@@ -99,10 +101,23 @@ func cmdPlay(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "agent: %s at %s, temperature %g\n", *runDir, a.p.Checkpoint(), o.Temperature)
 	}
 	edit := false
-	if f, ok := stdin.(*os.File); ok && !*plain && repl.IsTerminal(f.Fd()) {
+	out, outIsFile := stdout.(*os.File)
+	if f, ok := stdin.(*os.File); ok && !*plain && repl.IsTerminal(f.Fd()) && outIsFile && repl.IsTerminal(out.Fd()) {
 		restore, err := repl.MakeRaw(f.Fd())
 		if err == nil {
 			defer restore()
+			// The editor reads Ctrl-C as a key; a signal from outside (SIGTERM, SIGHUP) must
+			// not leave the terminal raw.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGINT)
+			defer func() { signal.Stop(sigs); close(sigs) }()
+			go func() {
+				if sig, ok := <-sigs; ok {
+					_ = restore()
+					fmt.Fprintf(stderr, "\nagrl play: %v\n", sig)
+					os.Exit(128 + int(sig.(syscall.Signal)))
+				}
+			}()
 			edit = true
 		}
 		o.Color = true
