@@ -44,6 +44,11 @@ func TestAlarmsQuietOnAHealthyRun(t *testing.T) {
 	if got := everyStep(r); len(got) > 0 {
 		t.Errorf("alarms on a healthy run: %v", got)
 	}
+	for _, k := range []string{MetricTokenMismatches, MetricTopAnswerShare, MetricRepeatedToolCalls} {
+		if _, ok := r.Metrics[len(r.Metrics)-1][k]; !ok {
+			t.Errorf("the recorded run lacks %s: the rules reading it were not exercised", k)
+		}
+	}
 }
 
 // TestAlarmsOnTheRewardHack: chapter 8's recorded reward hack (filesearch with the naive
