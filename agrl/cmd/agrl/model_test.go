@@ -89,6 +89,12 @@ func TestTrainPretrained(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "(GRPO step 2)") {
 		t.Fatalf("eval: exit %d: %s %s", code, stdout, stderr)
 	}
+	if code, stdout, stderr = runCLI("eval", "--run", out, "--split", "test", "--n", "2", "--backend", "go:ops_sequential"); code != 0 {
+		t.Fatalf("eval --backend: exit %d: %s %s", code, stdout, stderr)
+	}
+	if code, _, stderr = runCLI("eval", "--run", out, "--backend", "tpu:magic"); code != 2 {
+		t.Errorf("eval with an unknown backend: exit %d, want 2: %s", code, stderr)
+	}
 	peft := filepath.Join(t.TempDir(), "peft")
 	if code, _, stderr := runCLI("model", "export", "-run", out, "-out", peft); code != 0 {
 		t.Fatalf("export: exit %d: %s", code, stderr)

@@ -514,8 +514,12 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	n := fs.Int("n", 0, "tasks (0: the run's eval-tasks)")
 	temp := fs.Float64("temperature", 0, "sampling temperature, >= 0 (default: the run's eval temperature)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	backendFlag := fs.String("backend", "", `compute backend of the policy's graphs (default: a pretrained run's own, else $AGRL_BACKEND or go:ops_sequential); e.g. "go:ops_sequential" to evaluate a run trained on "xla:cuda" on a CPU`)
 	if err := parse(fs, args); err != nil {
 		return err
+	}
+	if _, err := learn.ParseBackend(*backendFlag); err != nil {
+		return usageError{err}
 	}
 	tempSet := false
 	fs.Visit(func(fl *flag.Flag) { tempSet = tempSet || fl.Name == "temperature" })
@@ -557,8 +561,8 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	backend := ""
-	if cfg.Pretrained != nil {
+	backend := *backendFlag
+	if backend == "" && cfg.Pretrained != nil {
 		backend = cfg.Pretrained.Backend
 	}
 	pol, err := learn.LoadModel(filepath.Join(*runDir, agrl.RunCheckpointsDir), backend)
