@@ -26,7 +26,13 @@ func writeTiny(t *testing.T, f hf.Family, shards int) string {
 // rewrite reads dir's model.safetensors, lets edit change its tensors, and writes it back.
 func rewrite(t *testing.T, dir string, edit func(map[string]hf.Tensor)) {
 	t.Helper()
-	path := filepath.Join(dir, hf.SingleFile)
+	editTensors(t, filepath.Join(dir, hf.SingleFile), edit)
+}
+
+// editTensors reads the safetensors file at path, lets edit change its tensors, and writes
+// them back.
+func editTensors(t *testing.T, path string, edit func(map[string]hf.Tensor)) {
+	t.Helper()
 	f, err := hf.Open(path)
 	if err != nil {
 		t.Fatal(err)

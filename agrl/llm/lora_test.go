@@ -411,22 +411,7 @@ func editConfig(t *testing.T, dir string, pairs ...string) {
 // editAdapterTensors lets edit change the tensors of dir's adapter_model.safetensors.
 func editAdapterTensors(t *testing.T, dir string, edit func(map[string]hf.Tensor)) {
 	t.Helper()
-	path := filepath.Join(dir, AdapterWeightsFile)
-	f, err := hf.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tensors := map[string]hf.Tensor{}
-	for _, name := range f.Names() {
-		info, _ := f.Info(name)
-		data, _ := f.Bytes(name)
-		tensors[name] = hf.Tensor{DType: info.DType, Shape: info.Shape, Data: data}
-	}
-	f.Close()
-	edit(tensors)
-	if err := hf.WriteFile(path, tensors, nil); err != nil {
-		t.Fatal(err)
-	}
+	editTensors(t, filepath.Join(dir, AdapterWeightsFile), edit)
 }
 
 // Bad adapter directories fail with an error naming the file, the setting or the tensors.

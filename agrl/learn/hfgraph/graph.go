@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
 	"github.com/gomlx/compute/dtypes"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
@@ -27,7 +28,9 @@ const (
 	numProj
 )
 
-var projNames = [numProj]string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+// projNames are their names, llm's (the conversion panics at start-up if llm's list changes
+// length).
+var projNames = [numProj]string(llm.LoRAModules())
 
 // weights are a model's variables as nodes of one graph.
 type weights struct {
