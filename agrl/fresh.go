@@ -14,7 +14,7 @@ import (
 // before_after.json are written by nb.WriteReport and the CLI).
 var runEntries = map[string]bool{
 	RunConfigFile: true, RunMetricsFile: true, RunEvalFile: true, RunSummaryFile: true,
-	RunTrajectoriesDir: true, RunCheckpointsDir: true, "report.html": true, "before_after.json": true,
+	RunTrajectoriesDir: true, RunCheckpointsDir: true, RunStepsDir: true, "report.html": true, "before_after.json": true,
 	RunConfigHistoryFile: true, RunLockFile: true,
 }
 

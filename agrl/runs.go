@@ -23,6 +23,7 @@ import (
 //	runs/NAME/metrics.jsonl                   one JSON object per training step
 //	runs/NAME/eval.jsonl                      one JSON object per evaluation (step, split, results)
 //	runs/NAME/trajectories/step-000100.jsonl  sampled episodes (successes and failures)
+//	runs/NAME/steps/step-000100.json          the step's whole update (StepRecord; InspectStep)
 //	runs/NAME/checkpoints/                    model checkpoints
 //	runs/NAME/summary.json                    written at the end (or on cancellation)
 //
@@ -144,7 +145,7 @@ func (w *RunWriter) Discard() error {
 
 // Rewind returns the run directory's logs to a checkpoint taken after step: metrics.jsonl keeps
 // the steps up to step, eval.jsonl the records keepEval accepts (nil: those of steps up to
-// step), and trajectory files of later steps are removed. Both files are rewritten atomically
+// step), and trajectory files and step records of later steps are removed. Both files are rewritten atomically
 // (after a torn last line is dropped), so that the resumed run appends each later line exactly
 // once.
 func (w *RunWriter) Rewind(step int, keepEval func(EvalRecord) bool) error {
@@ -187,6 +188,17 @@ func (w *RunWriter) Rewind(step int, keepEval func(EvalRecord) bool) error {
 	for _, s := range steps {
 		if s > step {
 			if err := os.Remove(filepath.Join(w.dir, RunTrajectoriesDir, fmt.Sprintf("step-%06d.jsonl", s))); err != nil {
+				return fmt.Errorf("agrl: %w", err)
+			}
+		}
+	}
+	recs, err := r.StepRecordSteps()
+	if err != nil {
+		return err
+	}
+	for _, s := range recs {
+		if s > step {
+			if err := os.Remove(filepath.Join(w.dir, RunStepsDir, fmt.Sprintf("step-%06d.json", s))); err != nil {
 				return fmt.Errorf("agrl: %w", err)
 			}
 		}

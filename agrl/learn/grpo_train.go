@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -841,7 +842,11 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	shuffle := rand.New(rand.NewPCG(t.seedFor("shuffle", step), 0))
 	agg := map[string]float64{}
 	var upd updateStats
-	mismatched := 0 // trained ids that are not the sampled ones (must stay 0)
+	mismatched := 0          // trained ids that are not the sampled ones (must stay 0)
+	var rec *agrl.StepRecord // the step record (at the steps whose trajectories are saved)
+	if every(t.cfg.TrajectoriesEvery, step) || step == 1 {
+		rec = t.newStepRecord(step, eps, adv, roll)
+	}
 	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
 		if epoch > 0 {
 			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -852,9 +857,19 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 			if epoch == 0 {
 				mismatched += batchMismatches(batch, eps, idx)
 			}
+			var pass *agrl.StepPass
+			if rec != nil {
+				if pass, err = t.recordPass(batch, idx, epoch, mb); err != nil {
+					return nil, fmt.Errorf("agrl: step %d: step record: %w", step, err)
+				}
+			}
 			st, err := t.learner.Step(batch)
 			if err != nil {
 				return nil, fmt.Errorf("agrl: step %d: update: %w", step, err)
+			}
+			if pass != nil {
+				pass.Loss, pass.GradNorm, pass.Metrics = st.Loss, st.GradNorm, st.Metrics
+				rec.Passes = append(rec.Passes, *pass)
 			}
 			if bad(st.Loss) || bad(st.GradNorm) {
 				return nil, fmt.Errorf("agrl: step %d: the loss (%v) or gradient norm (%v) is not finite; training stopped, the last good checkpoint is in %s", step, st.Loss, st.GradNorm, t.run.CheckpointDir())
@@ -886,12 +901,52 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	if err := t.run.LogMetrics(m); err != nil {
 		return m, err
 	}
-	if every(t.cfg.TrajectoriesEvery, step) || step == 1 {
+	if rec != nil {
 		if err := t.run.SaveTrajectories(step, pickTrajectories(eps, 4)); err != nil {
+			return m, err
+		}
+		if err := t.run.SaveStepRecord(rec); err != nil {
 			return m, err
 		}
 	}
 	return m, nil
+}
+
+// newStepRecord starts the step record of step (agrl.StepRecord): its settings, episodes with
+// their groups, returns and advantages, and the groups dynamic sampling dropped.
+func (t *GRPOTrainer) newStepRecord(step int, eps []*agrl.Episode, adv [][]float64, roll rollStats) *agrl.StepRecord {
+	rec := &agrl.StepRecord{Step: step, ClipLow: t.cfg.ClipLow, ClipHigh: t.cfg.ClipHigh, KL: t.cfg.KL,
+		KLEstimator: t.cfg.KLEstimator, LossNorm: t.cfg.LossNorm, AdvantageNorm: t.cfg.AdvantageNorm,
+		Temperature: t.cfg.Temperature, Group: t.cfg.Group, Dropped: roll.droppedGroups, Pieces: map[int32]string{}}
+	for i, ep := range eps {
+		rec.Episodes = append(rec.Episodes, agrl.StepEpisode{Group: i / t.cfg.Group, Returns: roll.returns[i], Advantages: adv[i], Episode: ep})
+		for _, id := range ep.Tokens {
+			if _, ok := rec.Pieces[id]; !ok {
+				rec.Pieces[id] = t.model.decode([]int32{id})
+			}
+		}
+	}
+	return rec
+}
+
+// recordPass scores an optimizer batch with the current weights (just before its update) and
+// returns the pass's loss inputs for the step record.
+func (t *GRPOTrainer) recordPass(b TrainBatch, idx []int, epoch, mb int) (*agrl.StepPass, error) {
+	sc, err := t.model.Score(b.Tokens, t.cfg.Temperature)
+	if err != nil {
+		return nil, err
+	}
+	p := &agrl.StepPass{Epoch: epoch, Minibatch: mb, Episodes: slices.Clone(idx),
+		Mask: b.Values[valMask], Adv: b.Values[valAdv], Old: b.Values[valOldLogp], Ref: b.Values[valRefLogp],
+		Weight: b.Values[valWeight], Fresh: len(b.Values[valFresh]) > 0 && len(b.Values[valFresh][0]) > 0 && b.Values[valFresh][0][0] == 1}
+	for k, s := range sc {
+		n := len(b.Tokens[k])
+		lp, en := make([]float32, n), make([]float32, n)
+		copy(lp[1:], s.LogProbs) // Score's entry j-1 is about token j
+		copy(en[1:], s.Entropy)
+		p.LogProbs, p.Entropy = append(p.LogProbs, lp), append(p.Entropy, en)
+	}
+	return p, nil
 }
 
 // batchMismatches counts the token ids of an optimizer batch's trained positions (mask 1) that
@@ -982,6 +1037,10 @@ type rollStats struct {
 	byDiff, signal map[agrl.Difficulty]int
 	// With task screening: what it predicted for the first round.
 	screen screenStats
+	// returns are the kept episodes' returns (aligned with them); droppedGroups the groups
+	// dynamic sampling left out (for the step record).
+	returns       [][]float64
+	droppedGroups []agrl.DroppedGroup
 }
 
 // curriculumWeights computes the step's task weights from the curriculum counts logged over the
@@ -1088,11 +1147,13 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, [][]float64
 			}
 			if t.cfg.DynamicSampling && allEqual && round < 3 {
 				st.dropped++
+				st.droppedGroups = append(st.droppedGroups, agrl.DroppedGroup{Round: round, Task: got[gi].Task, Rewards: slices.Clone(r[gi : gi+G])})
 				continue
 			}
 			eps = append(eps, got[gi:gi+G]...)
 			rewards = append(rewards, r[gi:gi+G]...)
 			adv = append(adv, ta[gi:gi+G]...)
+			st.returns = append(st.returns, rets[gi:gi+G]...)
 		}
 		if !t.cfg.DynamicSampling {
 			break

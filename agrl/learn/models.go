@@ -40,7 +40,11 @@ type trainee interface {
 	// dir (the Tiny model saves a copy there on first use; a LoRA model's is its base, adapters
 	// off, which costs nothing).
 	reference(dir string) (Model, error)
+	// decode returns the text of token ids (the policy tokenizer's).
+	decode(ids []int32) string
 }
+
+func (p *Policy) decode(ids []int32) string { return p.tok.Decode(ids) }
 
 func (p *Policy) newLearner(name string, loss LossFunc, values []string, opt agrl.AdamW, temperature float64) (learner, error) {
 	return p.NewTrainer(name, loss, values, opt, temperature)

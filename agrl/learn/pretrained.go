@@ -231,6 +231,8 @@ func (b pretrainedBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
 
 func (p *PretrainedPolicy) reference(string) (Model, error) { return p.BaseModel(), nil }
 
+func (p *PretrainedPolicy) decode(ids []int32) string { return p.agent.Tokenizer().Decode(ids) }
+
 // checkSeqs validates sequences for scoring and training.
 func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 	return checkTokenSeqs(seqs, p.cfg.VocabSize, p.cfg.MaxPositionEmbeddings)

@@ -19,6 +19,15 @@ import (
 	"github.com/gomlx/gomlx/core/tensors"
 )
 
+// TestMain removes tinyQwen3's directory when the tests end.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if tinyDir != "" {
+		_ = os.RemoveAll(tinyDir)
+	}
+	os.Exit(code)
+}
+
 // tinyQwen3 writes (once per test binary) a random Qwen3-shaped checkpoint — hidden 64, 2
 // layers, 4 query and 2 KV heads, tied embeddings — with the byte-level test tokenizer of
 // agrl/llm/agent (vocabulary 312, padded to 320) and a 2048-token context, and returns its

@@ -34,6 +34,7 @@ Usage:
   agrl sweep -grid G        train a grid of settings from one shared warm start; compare them
   agrl model random|export  write a random model directory of a real shape; export a pretrained run
   agrl play [-run DIR]      play an environment yourself, or step a run's checkpoint through it
+  agrl inspect -run DIR     open a recorded GRPO update: groups, advantages, every token's loss terms
 
 Run "agrl COMMAND -h" for a command's flags.
 `
@@ -62,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = cmdModel(args[1:], stdout, stderr)
 	case "play":
 		err = cmdPlay(args[1:], stdout, stderr)
+	case "inspect":
+		err = cmdInspect(args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -38,6 +38,7 @@ type trainFlags struct {
 	seed                              uint64
 	dynamic, quiet                    bool
 	checkpointEvery, curriculum       int
+	trajEvery                         int
 	screen                            int
 	plateau                           int
 	newSettings                       bool
@@ -177,6 +178,7 @@ func (f *trainFlags) register(fs interface {
 	fs.Float64Var(&f.gamma, "gamma", r.Gamma, "discount γ of the returns advantages come from (0 < γ <= 1)")
 	fs.BoolVar(&f.turnAdv, "turn-advantages", r.TurnAdvantages, "turn-level credit: each turn's tokens get the advantage of the return from that turn on")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
+	fs.IntVar(&f.trajEvery, "trajectories-every", r.TrajectoriesEvery, "save trajectories and the step record (agrl inspect) at step 1 and every N GRPO steps (1: every step; 0: step 1 only)")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
 	pre := agrl.Pretrained("").Spec().LoRA
 	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model directory (Qwen3, Qwen2.5, Llama 3.x, SmolLM2) with LoRA instead of the Tiny model; the warm start and task screening are off")
@@ -260,7 +262,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 	}
 	g = g.Policy(lm).Steps(f.steps).Group(f.group).TasksPerStep(f.tasks).LR(f.lr).KL(f.kl).ClipEps(f.clip).
 		Temperature(f.temp).EvalTemperature(f.evalTemp).MaxTokens(f.maxTokens).MaxActionTokens(f.maxActionTokens).
-		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).CheckpointEvery(f.checkpointEvery).DynamicSampling(f.dynamic).
+		EvalTasks(f.evalTasks).EvalEvery(f.evalEvery).CheckpointEvery(f.checkpointEvery).TrajectoriesEvery(f.trajEvery).DynamicSampling(f.dynamic).
 		Curriculum(f.curriculum).Seed(f.seed).Out(f.out).ResumeWithNewSettings(f.newSettings)
 	if f.clipHigh > 0 {
 		g = g.ClipHigh(f.clipHigh)

@@ -1,0 +1,153 @@
+package learn
+
+import (
+	"agrl.dev/agrl"
+
+	"math"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestInspectStep: the step records of a real run (a warm start, then GRPO with a KL penalty)
+// re-derive every logged loss metric — kl, entropy, clip/*, ratio/*, approx_kl, pg_loss — and
+// the loss to 1e-5; the first pass's current log-probs are the sampled ones (sampler/scorer
+// agreement) and its ratios exactly 1; groups whose rewards are all equal are explained as
+// such and get advantage 0.
+func TestInspectStep(t *testing.T) {
+	g := warm(tinyGRPO(t)).KL(0.05).Steps(6).TrajectoriesEvery(3)
+	train(t, g)
+	dir := g.Spec().Out
+	run, err := agrl.OpenRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, err := run.StepRecordSteps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(steps, []int{1, 3, 6}) {
+		t.Fatalf("recorded steps %v, want [1 3 6] (step 1 and every TrajectoriesEvery)", steps)
+	}
+	sawSignal, sawFlat, sawKL := false, false, false
+	for _, step := range steps {
+		s, err := agrl.InspectStep(dir, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(1e-5); err != nil {
+			t.Error(err)
+		}
+		rec := s.Record
+		if len(rec.Episodes) != 32 || len(rec.Passes) != 1 || !rec.Passes[0].Fresh {
+			t.Fatalf("step %d: %d episodes, %d passes (fresh %v); want 32, 1, fresh", step, len(rec.Episodes), len(rec.Passes), rec.Passes[0].Fresh)
+		}
+		pt := s.Passes[0]
+		masked := 0
+		for k, row := range pt.Tokens {
+			ep := rec.Episodes[rec.Passes[0].Episodes[k]].Episode
+			for j, tok := range row {
+				if tok.ID != ep.Tokens[j] || tok.Mask != (ep.LossMask[j] == 1) {
+					t.Fatalf("step %d episode %d token %d: id/mask %d/%v, episode %d/%d", step, k, j, tok.ID, tok.Mask, ep.Tokens[j], ep.LossMask[j])
+				}
+				if !tok.Mask {
+					continue
+				}
+				masked++
+				if tok.Ratio != 1 {
+					t.Fatalf("step %d: fresh pass ratio %v, want exactly 1", step, tok.Ratio)
+				}
+				if d := math.Abs(tok.New - tok.Sampled); d > 1e-4 {
+					t.Errorf("step %d episode %d token %d: scored %v, sampled %v", step, k, j, tok.New, tok.Sampled)
+				}
+				sawKL = sawKL || tok.KL > 0
+			}
+		}
+		if masked == 0 {
+			t.Fatalf("step %d: no token in the loss", step)
+		}
+		for _, gv := range s.Groups {
+			if len(gv.Episodes) != 8 {
+				t.Fatalf("step %d group %d: %d episodes, want 8", step, gv.Index, len(gv.Episodes))
+			}
+			allEqual := slices.Min(gv.Rewards) == slices.Max(gv.Rewards)
+			if allEqual != !gv.Signal {
+				t.Errorf("step %d group %d: rewards %v, signal %v", step, gv.Index, gv.Rewards, gv.Signal)
+			}
+			if allEqual {
+				sawFlat = true
+				if !strings.Contains(gv.Why, "every advantage is 0") || slices.Max(gv.Advantages) != 0 || slices.Min(gv.Advantages) != 0 {
+					t.Errorf("step %d group %d (flat): advantages %v, why %q", step, gv.Index, gv.Advantages, gv.Why)
+				}
+			} else {
+				sawSignal = true
+			}
+		}
+		if got := len(rec.Pieces); got == 0 {
+			t.Errorf("step %d: no token pieces", step)
+		}
+	}
+	if !sawSignal || !sawKL {
+		t.Errorf("the run never had a group with signal (%v) or a KL term above 0 after step 1 (%v): the test checks little", sawSignal, sawKL)
+	}
+	t.Logf("flat groups seen: %v", sawFlat)
+	if _, err := agrl.InspectStep(dir, 2); err == nil || !strings.Contains(err.Error(), "recorded steps: 1, 3, 6") {
+		t.Errorf("an unrecorded step: %v, want an error listing the recorded steps", err)
+	}
+}
+
+// TestInspectStepLaterPasses: with two epochs of two minibatches and a large learning rate the
+// later passes train on moved weights, so ratios leave 1 and the clip acts; each pass's
+// re-derived loss and metrics equal what the learner computed for that optimizer step.
+func TestInspectStepLaterPasses(t *testing.T) {
+	g := warm(tinyGRPO(t)).Epochs(2).Minibatches(2).LR(3e-3).ClipEps(0.05).Steps(2).TrajectoriesEvery(1)
+	train(t, g)
+	clipped, moved := 0, 0
+	for _, step := range []int{1, 2} {
+		s, err := agrl.InspectStep(g.Spec().Out, step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(1e-5); err != nil {
+			t.Error(err)
+		}
+		if len(s.Passes) != 4 {
+			t.Fatalf("step %d: %d passes, want 4", step, len(s.Passes))
+		}
+		for p, pt := range s.Passes[1:] {
+			if s.Record.Passes[p+1].Fresh {
+				t.Fatalf("step %d pass %d: fresh", step, p+1)
+			}
+			for _, row := range pt.Tokens {
+				for _, tok := range row {
+					if tok.Mask && tok.Ratio != 1 {
+						moved++
+					}
+					if tok.ClippedLow || tok.ClippedHigh {
+						clipped++
+					}
+				}
+			}
+		}
+	}
+	if moved == 0 || clipped == 0 {
+		t.Errorf("later passes: %d tokens with ratio ≠ 1, %d clipped; want some of each", moved, clipped)
+	}
+}
+
+// TestStepRecordsChangeNothing: recording every step (an extra scoring pass per optimizer
+// step) trains exactly as recording only step 1 (TrajectoriesEvery 0).
+func TestStepRecordsChangeNothing(t *testing.T) {
+	a := train(t, tinyGRPO(t).Steps(4).TrajectoriesEvery(1))
+	b := train(t, tinyGRPO(t).Steps(4).TrajectoriesEvery(0))
+	for i := range a.History {
+		for k, v := range a.History[i] {
+			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
+				continue
+			}
+			if w := b.History[i][k]; v != w && !(math.IsNaN(v) && math.IsNaN(w)) {
+				t.Errorf("step %d %s: %v recording, %v not", i+1, k, v, w)
+			}
+		}
+	}
+}
