@@ -109,6 +109,43 @@ func StartEpisode(env Env, task Task, lim Limits) (*TurnLoop, error) {
 	return &TurnLoop{sess: sess, lim: lim, ep: &Episode{Task: task, Prompt: prompt}}, nil
 }
 
+// ReplayEpisode starts ep's task afresh in env and replays its first n actions, checking that
+// the environment replies as it did: the loop is then where ep was after turn n−1 (a fork of
+// it). An environment that replies otherwise (it is not deterministic in the actions), or an
+// action among them that ends the episode, is an error.
+func ReplayEpisode(env Env, ep *Episode, n int, lim Limits) (*TurnLoop, error) {
+	if n < 0 || n > len(ep.Turns) {
+		return nil, fmt.Errorf("agrl: replaying %d actions of an episode of %d turns", n, len(ep.Turns))
+	}
+	l, err := StartEpisode(env, ep.Task, lim)
+	if err != nil {
+		return nil, err
+	}
+	if l.ep.Prompt != ep.Prompt {
+		return nil, fmt.Errorf("agrl: replaying task %s: %s's prompt differs from the episode's", ep.Task.ID, env.Name())
+	}
+	for k := range n {
+		done := l.Act(ep.Turns[k].Text)
+		if got, want := l.ep.Turns[k].Observation, ep.Turns[k].Observation; got != want {
+			return nil, fmt.Errorf("agrl: replaying task %s: turn %d's observation is %q, the episode recorded %q (the environment does not replay the same)", ep.Task.ID, k, got, want)
+		}
+		if done {
+			return nil, fmt.Errorf("agrl: replaying task %s: turn %d ended the episode (%s); there is nothing after it", ep.Task.ID, k, l.ep.Termination)
+		}
+	}
+	return l, nil
+}
+
+// SetObservation replaces the observation of the last turn (a counterfactual: what the
+// policy reads next), with no tool error.
+func (l *TurnLoop) SetObservation(obs string) {
+	if len(l.ep.Turns) == 0 {
+		return
+	}
+	t := &l.ep.Turns[len(l.ep.Turns)-1]
+	t.Observation, t.ToolError = TruncateObservation(obs, MaxObservationBytes), ""
+}
+
 // Episode returns the episode being played.
 func (l *TurnLoop) Episode() *Episode { return l.ep }
 

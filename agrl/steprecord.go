@@ -360,25 +360,26 @@ func InspectStep(dir string, step int) (*StepInspection, error) {
 }
 
 // Check compares the re-derived metrics with the logged ones and with the learner's own report
-// of each pass; a difference above tol (absolute) is an error naming each metric.
+// of each pass; a difference above tol is an error naming each metric. tol is absolute for
+// values up to 1 in size and relative above (the learner sums in float32: a KL of 10⁵ after a
+// blow-up carries float32's 1e-7 relative rounding, not an absolute 1e-5).
 func (s *StepInspection) Check(tol float64) error {
 	var errs []error
+	off := func(got, want float64) bool { return !(math.Abs(got-want) <= tol*math.Max(1, math.Abs(want))) }
 	for _, k := range InspectedMetrics {
 		got, want := s.Derived[k], s.Logged[k]
-		if d := math.Abs(got - want); !(d <= tol) {
-			errs = append(errs, fmt.Errorf("%s: re-derived %.9g, logged %.9g (|Δ| %.3g > %g)", k, got, want, d, tol))
+		if off(got, want) {
+			errs = append(errs, fmt.Errorf("%s: re-derived %.9g, logged %.9g (|Δ| %.3g > %g)", k, got, want, math.Abs(got-want), tol))
 		}
 	}
 	for p, pt := range s.Passes {
 		ps := s.Record.Passes[p]
-		if d := math.Abs(pt.Loss - ps.Loss); !(d <= tol) {
+		if off(pt.Loss, ps.Loss) {
 			errs = append(errs, fmt.Errorf("pass %d loss: re-derived %.9g, learner %.9g", p, pt.Loss, ps.Loss))
 		}
 		for k, want := range ps.Metrics {
-			if got, ok := pt.Metrics[k]; ok {
-				if d := math.Abs(got - want); !(d <= tol) {
-					errs = append(errs, fmt.Errorf("pass %d %s: re-derived %.9g, learner %.9g", p, k, got, want))
-				}
+			if got, ok := pt.Metrics[k]; ok && off(got, want) {
+				errs = append(errs, fmt.Errorf("pass %d %s: re-derived %.9g, learner %.9g", p, k, got, want))
 			}
 		}
 	}

@@ -59,7 +59,14 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 		ep.LogProbs = make([]float32, len(ep.Tokens))
 		loops[i] = l
 	}
-	d, err := p.NewDecoder(len(tasks), budget, opt.Sampling)
+	return p.play(loops, budget, opt, start)
+}
+
+// play samples the episodes of loops to their ends in one batch; each episode's Tokens,
+// LossMask and LogProbs hold its context so far (the prompt, or a forked prefix).
+func (p *Policy) play(loops []*agrl.TurnLoop, budget int, opt agrl.RolloutOptions, start time.Time) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	var st agrl.RolloutStats
+	d, err := p.NewDecoder(len(loops), budget, opt.Sampling)
 	if err != nil {
 		return nil, st, err
 	}
@@ -111,6 +118,75 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 	st.Episodes, st.Steps, st.Tokens, st.Seconds = len(eps), d.Steps, d.Fed, time.Since(start).Seconds()
 	st.Generated = int(generated.Load())
 	return eps, st, nil
+}
+
+// Fork resamples episode ep from turn turn on, n times: a counterfactual rollout. Each fork
+// replays ep's first turn+1 actions in env (a fresh session; the environment must reply as it
+// did, or Fork fails), keeps ep's own sampled tokens for them, replaces the observation of turn
+// turn with observation (unless it is "", which keeps the environment's reply; a replaced
+// observation has no tool error) and samples the rest of the episode with the policy, fork i
+// on sampling stream (opt.Sampling.Seed, i). The forks' turns after turn are new; their Tokens,
+// LossMask and LogProbs continue ep's prefix, so they train and score like any rollout.
+//
+// ep must be a rollout of a policy with this tokenizer (Tokens and LossMask recorded), and turn
+// must not be its last action: a fork continues after it.
+func (p *Policy) Fork(env agrl.Env, ep *agrl.Episode, turn int, observation string, n int, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	start := time.Now()
+	var st agrl.RolloutStats
+	switch {
+	case env == nil:
+		return nil, st, errors.New("agrl: Fork needs an env")
+	case n < 1:
+		return nil, st, fmt.Errorf("agrl: Fork: %d forks; want >= 1", n)
+	case turn < 0 || turn >= len(ep.Turns):
+		return nil, st, fmt.Errorf("agrl: Fork at turn %d: the episode has turns 0..%d", turn, len(ep.Turns)-1)
+	}
+	if err := opt.Sampling.Validate(); err != nil {
+		return nil, st, err
+	}
+	spans := agrl.TurnSpans(ep.LossMask)
+	if len(ep.Tokens) == 0 || len(ep.LossMask) != len(ep.Tokens) || len(ep.LogProbs) != len(ep.Tokens) || len(spans) <= turn {
+		return nil, st, errors.New("agrl: Fork: the episode has no token record of its actions (a rollout's Tokens, LossMask and LogProbs)")
+	}
+	for _, id := range ep.Tokens {
+		if int(id) >= p.tok.VocabSize() || id < 0 {
+			return nil, st, fmt.Errorf("agrl: Fork: token id %d is outside this policy's vocabulary (%d)", id, p.tok.VocabSize())
+		}
+	}
+	budget := opt.MaxTokens
+	if budget <= 0 || budget > p.arch.Context {
+		budget = p.arch.Context
+	}
+	cut := spans[turn][1]
+	loops := make([]*agrl.TurnLoop, n)
+	for i := range loops {
+		l, err := agrl.ReplayEpisode(env, ep, turn+1, opt.Limits)
+		if err != nil {
+			return nil, st, err
+		}
+		if observation != "" {
+			l.SetObservation(observation)
+		}
+		f := l.Episode()
+		for j := range f.Turns {
+			f.Turns[j].Sampled = slices.Clone(ep.Turns[j].Sampled)
+		}
+		f.Tokens = slices.Clone(ep.Tokens[:cut])
+		f.LossMask = slices.Clone(ep.LossMask[:cut])
+		f.LogProbs = slices.Clone(ep.LogProbs[:cut])
+		if l.OutOfTurns() {
+			return nil, st, fmt.Errorf("agrl: Fork at turn %d: no turn is left after it (MaxTurns %d)", turn, len(f.Turns))
+		}
+		obs := agrl.AppendObservation(p.tok, nil, f.Turns[turn].Observation)
+		if len(f.Tokens)+len(obs)+1 > budget {
+			return nil, st, fmt.Errorf("agrl: Fork at turn %d: the prefix and its observation take %d tokens; the budget is %d", turn, len(f.Tokens)+len(obs), budget)
+		}
+		f.Tokens = append(f.Tokens, obs...)
+		f.LossMask = append(f.LossMask, make([]uint8, len(obs))...)
+		f.LogProbs = append(f.LogProbs, make([]float32, len(obs))...)
+		loops[i] = l
+	}
+	return p.play(loops, budget, opt, start)
 }
 
 // PolicyAgent adapts a policy to the text-level Agent interface, one action per call (each

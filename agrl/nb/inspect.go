@@ -97,7 +97,7 @@ func InspectStepHTML(s *agrl.StepInspection, ep int) string {
 	e := r.Episodes[ep]
 	pass, toks := s.EpisodeTokens(ep)
 	fmt.Fprintf(&b, `<h4 style="margin:10px 0 4px">Episode %d (group %d): reward %.3g, advantage %s, %s</h4>`,
-		ep, e.Group, e.Episode.Reward, html.EscapeString(fmt.Sprint(e.Advantages)), html.EscapeString(string(e.Episode.Termination)))
+		ep, e.Group, e.Episode.Reward, html.EscapeString(advText(e.Advantages)), html.EscapeString(string(e.Episode.Termination)))
 	if toks == nil {
 		b.WriteString(`<div>(in no optimizer step)</div></div>`)
 		return b.String()
@@ -154,6 +154,14 @@ func InspectStepHTML(s *agrl.StepInspection, ep int) string {
 	}
 	fmt.Fprintf(&b, `</table><div style="color:#555">Shares are of Σ|loss term| over the %d episodes of optimizer step %d.</div></div>`, len(r.Passes[pass].Episodes), pass)
 	return b.String()
+}
+
+func advText(v []float64) string {
+	parts := make([]string, len(v))
+	for i, a := range v {
+		parts[i] = fmt.Sprintf("%+.3f", a)
+	}
+	return strings.Join(parts, " ")
 }
 
 func oneLine(s string, n int) string {
