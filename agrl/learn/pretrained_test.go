@@ -120,6 +120,19 @@ func TestPretrainedGRPO(t *testing.T) {
 	if res.History[2][agrl.MetricKL] <= 0 {
 		t.Errorf("KL to the base after two updates = %v, want > 0", res.History[2][agrl.MetricKL])
 	}
+	// Every step's record re-derives its logged loss metrics (the inspector on a LoRA run).
+	for step := 1; step <= 3; step++ {
+		s, err := agrl.InspectStep(filepath.Join(dir, "straight"), step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(1e-5); err != nil {
+			t.Error(err)
+		}
+		if len(s.Record.Pieces) == 0 {
+			t.Errorf("step %d: no token pieces", step)
+		}
+	}
 
 	// Gradients only on the adapters: the base weights are the checkpoint's, bit for bit.
 	pre := tr.Pretrained()

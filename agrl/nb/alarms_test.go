@@ -68,6 +68,14 @@ func TestTokenAudit(t *testing.T) {
 			t.Errorf("audit lacks %q:\n%s", want, page)
 		}
 	}
+	// The trajectory viewer folds the same audit in, without text (it has no tokenizer).
+	view := EpisodeHTML(ep)
+	for _, want := range []string{"<summary>token audit</summary>", "0 sampled-vs-trained id mismatches",
+		`<td>4</td><td>21</td><td></td><td>policy</td><td>-1.250</td>`} {
+		if !strings.Contains(view, want) {
+			t.Errorf("EpisodeHTML lacks %q", want)
+		}
+	}
 	ep.Tokens[7] = 23 // trained on an id the sampler did not emit
 	if page := TokenAuditHTML(ep, decode); !strings.Contains(page, "1 sampled-vs-trained id mismatches") {
 		t.Errorf("mismatch not flagged:\n%s", page)

@@ -36,7 +36,8 @@ func TokenRoles(ep *agrl.Episode) []string {
 func TokenAudit(ep *agrl.Episode, decode func([]int32) string) { ShowHTML(TokenAuditHTML(ep, decode)) }
 
 // TokenAuditHTML renders an episode token by token — position, id, text (decode turns ids into
-// text: the policy's tokenizer's Decode), role and, for policy tokens, the log-probability
+// text: the policy's tokenizer's Decode; nil leaves the text out, as EpisodeHTML's folded audit
+// does), role and, for policy tokens, the log-probability
 // recorded at sampling — under a line that counts each role and the sampled-vs-trained id
 // mismatches (agrl.Episode.TokenMismatches: 0, or the episode trains on tokens never sampled).
 // Policy tokens are highlighted: they are the only ones in the loss.
@@ -66,7 +67,10 @@ func TokenAuditHTML(ep *agrl.Episode, decode func([]int32) string) string {
 				lp = fmt.Sprintf("%.3f", ep.LogProbs[i])
 			}
 		}
-		text := strings.NewReplacer("\n", `\n`, "\t", `\t`, " ", "␣").Replace(decode([]int32{id}))
+		text := ""
+		if decode != nil {
+			text = strings.NewReplacer("\n", `\n`, "\t", `\t`, " ", "␣").Replace(decode([]int32{id}))
+		}
 		fmt.Fprintf(&b, `<tr%s><td>%d</td><td>%d</td><td>%s</td><td>%s</td><td>%s</td></tr>`, style, i, id, html.EscapeString(text), roles[i], lp)
 	}
 	b.WriteString(`</table></div>`)

@@ -171,6 +171,9 @@ func writeEpisodeHTML(b *strings.Builder, ep *agrl.Episode) {
 		}
 		fmt.Fprintf(b, `<div style="%s">tokens: %d in context, %d trained on (loss mask 1), %d masked (prompt and observations)</div>`,
 			styleNote, n, trained, n-trained)
+		// The mask and token audit, folded: every token's id and role, and the sampled-vs-trained
+		// id mismatch count (TokenAudit adds each token's text, given the tokenizer).
+		fmt.Fprintf(b, `<details style="%s"><summary>token audit</summary>%s</details>`, styleNote, TokenAuditHTML(ep, nil))
 	}
 	b.WriteString(`</div>`)
 }
