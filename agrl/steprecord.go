@@ -135,7 +135,7 @@ func (r *Run) StepRecord(step int) (*StepRecord, error) {
 		if len(steps) == 0 {
 			return nil, fmt.Errorf("agrl: %s has no step records (steps/): the trainer records the steps whose trajectories it saves; train with TrajectoriesEvery(1) to record every step", r.Dir)
 		}
-		return nil, fmt.Errorf("agrl: step %d of %s was not recorded; recorded steps: %s (TrajectoriesEvery(1) records every step)", step, r.Dir, stepList(steps))
+		return nil, fmt.Errorf("agrl: step %d of %s was not recorded; recorded steps: %s (TrajectoriesEvery(1) records every step; learn.ReplayStep re-runs any step from a checkpoint)", step, r.Dir, stepList(steps))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("agrl: %w", err)
@@ -335,15 +335,28 @@ func InspectStep(dir string, step int) (*StepInspection, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &StepInspection{Record: rec, Derived: map[string]float64{}}
+	var logged Metrics
 	for _, m := range run.Metrics {
 		if m.Step() == step {
-			s.Logged = m
+			logged = m
 		}
 	}
-	if s.Logged == nil {
+	if logged == nil {
 		return nil, fmt.Errorf("agrl: %s has a record of step %d but no metrics line for it", dir, step)
 	}
+	return InspectRecord(rec, logged)
+}
+
+// InspectRecord inspects a step record against the metrics logged for its step (see
+// InspectStep; learn.ReplayStep makes records of any step).
+func InspectRecord(rec *StepRecord, logged Metrics) (*StepInspection, error) {
+	if rec == nil {
+		return nil, errors.New("agrl: no step record")
+	}
+	if err := rec.check(); err != nil {
+		return nil, fmt.Errorf("agrl: step %d's record: %w", rec.Step, err)
+	}
+	s := &StepInspection{Record: rec, Logged: logged, Derived: map[string]float64{}}
 	for p := range rec.Passes {
 		s.Passes = append(s.Passes, rec.Terms(p))
 	}

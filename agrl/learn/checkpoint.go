@@ -114,8 +114,8 @@ func hook(stage string) error {
 }
 
 // Save writes the policy — configuration, tokenizer, weights and every trainer's optimizer
-// state — as a new checkpoint in dir, atomically, keeping the two newest checkpoints. It
-// returns the checkpoint's directory.
+// state — as a new checkpoint in dir, atomically, keeping the two newest checkpoints (and a GRPO
+// run's warm start, GRPO step 0). It returns the checkpoint's directory.
 func (p *Policy) Save(dir string) (string, error) {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
@@ -124,7 +124,8 @@ func (p *Policy) Save(dir string) (string, error) {
 
 // commitCheckpoint creates a temporary directory in dir, has write fill it, and makes it the
 // newest checkpoint: synced, renamed to the next ckpt-N, then LATEST rewritten (through a
-// renamed temporary file). Older checkpoints beyond the two newest are pruned. A failure
+// renamed temporary file). Older checkpoints beyond the two newest are pruned, except the first
+// of GRPO step 0 (pruneCheckpoints). A failure
 // leaves the previous checkpoints as they were.
 func commitCheckpoint(dir string, write func(tmp string) error) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -279,13 +280,21 @@ func listCheckpoints(dir string) []string {
 	return names
 }
 
-// pruneCheckpoints removes all but the newest keep checkpoints (never the one LATEST names)
-// and temporary directories left by interrupted saves.
+// pruneCheckpoints removes all but the newest keep checkpoints (never the one LATEST names, nor
+// the first of GRPO step 0: the warm-started policy every step of the run can be replayed from,
+// see ReplayStep) and temporary directories left by interrupted saves.
 func pruneCheckpoints(dir string, keep int) {
 	latest := readLatest(dir)
 	names := listCheckpoints(dir)
+	start := ""
+	for _, n := range names {
+		if m, err := readMark(filepath.Join(dir, n)); err == nil && m.Stage == StageGRPO && m.Step == 0 {
+			start = n
+			break
+		}
+	}
 	for i := 0; i < len(names)-keep; i++ {
-		if names[i] != latest {
+		if names[i] != latest && names[i] != start {
 			_ = os.RemoveAll(filepath.Join(dir, names[i]))
 		}
 	}
@@ -528,4 +537,21 @@ func (p *Policy) Clone() (*Policy, error) {
 		return nil, fmt.Errorf("agrl: Clone: %w", err)
 	}
 	return q, nil
+}
+
+// readMark reads the progress mark (stage and steps) recorded in a checkpoint's policy.json.
+func readMark(ckpt string) (CheckpointInfo, error) {
+	b, err := os.ReadFile(filepath.Join(ckpt, policyFile))
+	if err != nil {
+		return CheckpointInfo{}, err
+	}
+	var pj struct { // the mark's fields, common to Tiny and pretrained checkpoints
+		Stage   string `json:"stage"`
+		Step    int    `json:"step"`
+		SFTStep int    `json:"sft_step"`
+	}
+	if err := json.Unmarshal(b, &pj); err != nil {
+		return CheckpointInfo{}, err
+	}
+	return CheckpointInfo{Dir: ckpt, Stage: pj.Stage, Step: pj.Step, SFTStep: pj.SFTStep}, nil
 }

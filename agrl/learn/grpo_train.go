@@ -56,6 +56,10 @@ type GRPOTrainer struct {
 	devHist []float64
 	// evals are the evaluations logged so far (resumed ones included), for Alarms.
 	evals []agrl.EvalRecord
+	// recordAll makes every step write its step record (ReplayStep); lastRecord is the newest
+	// step record made.
+	recordAll  bool
+	lastRecord *agrl.StepRecord
 }
 
 // plateaued reports whether StopOnPlateau ends GRPO here: the warm start's dev success and the
@@ -844,7 +848,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	var upd updateStats
 	mismatched := 0          // trained ids that are not the sampled ones (must stay 0)
 	var rec *agrl.StepRecord // the step record (at the steps whose trajectories are saved)
-	if every(t.cfg.TrajectoriesEvery, step) || step == 1 {
+	if t.recordAll || every(t.cfg.TrajectoriesEvery, step) || step == 1 {
 		rec = t.newStepRecord(step, eps, adv, roll)
 	}
 	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
@@ -908,6 +912,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		if err := t.run.SaveStepRecord(rec); err != nil {
 			return m, err
 		}
+		t.lastRecord = rec
 	}
 	return m, nil
 }

@@ -3,7 +3,10 @@ package learn
 import (
 	"agrl.dev/agrl"
 
+	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -149,5 +152,68 @@ func TestStepRecordsChangeNothing(t *testing.T) {
 				t.Errorf("step %d %s: %v recording, %v not", i+1, k, v, w)
 			}
 		}
+	}
+}
+
+// TestReplayStep: any step of a finished run re-runs from the newest kept checkpoint before it
+// (the warm start's is kept) and reproduces the logged metrics bit for bit, and the recorded
+// episodes token for token; its replayed record inspects like a recorded one; the run
+// directory is left as it was; a configuration that differs from the run's is refused.
+func TestReplayStep(t *testing.T) {
+	g := warm(tinyGRPO(t)).KL(0.05).Steps(7).CheckpointEvery(3).TrajectoriesEvery(3)
+	train(t, g)
+	dir := g.Spec().Out
+	ck := filepath.Join(dir, agrl.RunCheckpointsDir)
+	var steps []int
+	for _, c := range Checkpoints(ck) {
+		m, err := readMark(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		steps = append(steps, m.Step)
+	}
+	slices.Sort(steps)
+	if !slices.Equal(steps, []int{0, 6, 7}) {
+		t.Fatalf("kept checkpoints of GRPO steps %v, want [0 6 7]: the two newest and the warm start's", steps)
+	}
+	before, err := os.ReadFile(filepath.Join(dir, agrl.RunMetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ step, from int }{{1, 0}, {3, 0}, {5, 0}, {7, 6}} {
+		r, err := ReplayStep(g, c.step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.From != c.from || r.Steps != c.step-c.from {
+			t.Errorf("step %d: replayed %d steps from step %d, want from %d", c.step, r.Steps, r.From, c.from)
+		}
+		if err := r.Err(); err != nil {
+			t.Error(err)
+		}
+		if err := r.Inspection.Check(1e-5); err != nil {
+			t.Error(err)
+		}
+		changed := maps.Clone(r.Metrics)
+		changed[agrl.MetricKL] = math.Nextafter(changed[agrl.MetricKL], 1)
+		if d := metricDifferences(changed, r.Inspection.Logged); len(d) != 1 || !strings.HasPrefix(d[0], "kl:") {
+			t.Errorf("a kl one ulp off: differences %v", d)
+		}
+		if r.Inspection.Record.Step != c.step || len(r.Inspection.Record.Episodes) != 32 {
+			t.Errorf("step %d: replayed record of step %d with %d episodes", c.step, r.Inspection.Record.Step, len(r.Inspection.Record.Episodes))
+		}
+	}
+	after, err := os.ReadFile(filepath.Join(dir, agrl.RunMetricsFile))
+	if err != nil || !slices.Equal(before, after) {
+		t.Errorf("the run's metrics.jsonl changed (%v)", err)
+	}
+	if recs, _ := (&agrl.Run{Dir: dir}).StepRecordSteps(); !slices.Equal(recs, []int{1, 3, 6}) {
+		t.Errorf("the run's step records are now %v", recs)
+	}
+	if _, err := ReplayStep(g.LR(1e-3), 5); err == nil || !strings.Contains(err.Error(), "optimizer.lr") {
+		t.Errorf("another learning rate: %v, want the resume check's error", err)
+	}
+	if _, err := ReplayStep(g, 8); err == nil {
+		t.Error("replayed a step the run never took")
 	}
 }

@@ -584,7 +584,8 @@ type pretrainedJSON struct {
 }
 
 // Save writes the adapters and the optimizer state as a new checkpoint in dir, atomically,
-// keeping the two newest (see Policy.Save for the layout of a checkpoint directory).
+// keeping the two newest and the warm start's (see Policy.Save for the layout of a checkpoint
+// directory).
 func (p *PretrainedPolicy) Save(dir string) (string, error) {
 	return p.saveMarked(dir, checkpointMark{Stage: p.loaded.Stage, Step: p.loaded.Step, SFTStep: p.loaded.SFTStep})
 }
