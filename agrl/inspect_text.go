@@ -94,7 +94,7 @@ func (s *StepInspection) WriteText(w io.Writer, ep int, all bool) error {
 	}
 	fmt.Fprintln(w, "\ngroups: rewards → advantages")
 	for _, g := range s.Groups {
-		fmt.Fprintf(w, "  group %d, task %s: %s\n", g.Index, g.Task.ID, oneLine(g.Task.Prompt, 60))
+		fmt.Fprintf(w, "  group %d, task %s: %s\n", g.Index, g.Task.ID, g.Prompt(60))
 		fmt.Fprintf(w, "    rewards    %s\n    advantages %s\n    %s\n", nums(g.Rewards, "%.3g"), nums(g.Advantages, "%+.2f"), g.Why)
 	}
 	for _, d := range r.Dropped {

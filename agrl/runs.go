@@ -516,7 +516,13 @@ var trajectoryFile = regexp.MustCompile(`^step-(\d+)\.jsonl$`)
 
 // TrajectorySteps lists the steps that have saved trajectories, in increasing order.
 func (r *Run) TrajectorySteps() ([]int, error) {
-	entries, err := os.ReadDir(filepath.Join(r.Dir, RunTrajectoriesDir))
+	return stepFiles(filepath.Join(r.Dir, RunTrajectoriesDir), trajectoryFile)
+}
+
+// stepFiles lists, in increasing order, the step numbers of the files in dir whose names match
+// name (its first group is the number); a missing dir has none.
+func stepFiles(dir string, name *regexp.Regexp) ([]int, error) {
+	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
@@ -525,7 +531,7 @@ func (r *Run) TrajectorySteps() ([]int, error) {
 	}
 	var steps []int
 	for _, e := range entries {
-		if m := trajectoryFile.FindStringSubmatch(e.Name()); m != nil {
+		if m := name.FindStringSubmatch(e.Name()); m != nil {
 			n, _ := strconv.Atoi(m[1])
 			steps = append(steps, n)
 		}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
 )
 
@@ -107,22 +106,7 @@ var stepRecordFile = regexp.MustCompile(`^step-(\d+)\.json$`)
 
 // StepRecordSteps lists the steps that have a step record, in increasing order.
 func (r *Run) StepRecordSteps() ([]int, error) {
-	entries, err := os.ReadDir(filepath.Join(r.Dir, RunStepsDir))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("agrl: %w", err)
-	}
-	var steps []int
-	for _, e := range entries {
-		if m := stepRecordFile.FindStringSubmatch(e.Name()); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			steps = append(steps, n)
-		}
-	}
-	sort.Ints(steps)
-	return steps, nil
+	return stepFiles(filepath.Join(r.Dir, RunStepsDir), stepRecordFile)
 }
 
 // StepRecord reads the step record of step. A step without one is an error that lists the
@@ -305,6 +289,9 @@ type GroupView struct {
 	Signal bool
 	Why    string
 }
+
+// Prompt is the group's task prompt on one line, cut to n characters (runes) with "…".
+func (g GroupView) Prompt(n int) string { return oneLine(g.Task.Prompt, n) }
 
 // StepInspection is one GRPO update opened up: its record, the metrics logged for it, its
 // groups, every pass's tokens re-derived, and the difference between what was re-derived and

@@ -863,7 +863,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 			}
 			var pass *agrl.StepPass
 			if rec != nil {
-				if pass, err = t.recordPass(batch, idx, epoch, mb); err != nil {
+				if pass, err = t.recordPass(batch, idx, epoch, mb, epoch == 0 && mb == 0); err != nil {
 					return nil, fmt.Errorf("agrl: step %d: step record: %w", step, err)
 				}
 			}
@@ -936,14 +936,14 @@ func (t *GRPOTrainer) newStepRecord(step int, eps []*agrl.Episode, adv [][]float
 
 // recordPass scores an optimizer batch with the current weights (just before its update) and
 // returns the pass's loss inputs for the step record.
-func (t *GRPOTrainer) recordPass(b TrainBatch, idx []int, epoch, mb int) (*agrl.StepPass, error) {
+func (t *GRPOTrainer) recordPass(b TrainBatch, idx []int, epoch, mb int, fresh bool) (*agrl.StepPass, error) {
 	sc, err := t.model.Score(b.Tokens, t.cfg.Temperature)
 	if err != nil {
 		return nil, err
 	}
 	p := &agrl.StepPass{Epoch: epoch, Minibatch: mb, Episodes: slices.Clone(idx),
 		Mask: b.Values[valMask], Adv: b.Values[valAdv], Old: b.Values[valOldLogp], Ref: b.Values[valRefLogp],
-		Weight: b.Values[valWeight], Fresh: len(b.Values[valFresh]) > 0 && len(b.Values[valFresh][0]) > 0 && b.Values[valFresh][0][0] == 1}
+		Weight: b.Values[valWeight], Fresh: fresh}
 	for k, s := range sc {
 		n := len(b.Tokens[k])
 		lp, en := make([]float32, n), make([]float32, n)

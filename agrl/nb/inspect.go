@@ -83,11 +83,11 @@ func InspectStepHTML(s *agrl.StepInspection, ep int) string {
 			fmt.Fprintf(&cells, `<span title="episode %d" style="%s;padding:0 3px;margin:1px;display:inline-block;font-family:monospace">%.2g→%+.2f</span>`, i, style, g.Rewards[k], a)
 		}
 		fmt.Fprintf(&b, `<tr style="border-top:1px solid #ddd"><td>%d</td><td>%s</td><td>%s</td><td style="color:#555">%s</td></tr>`,
-			g.Index, html.EscapeString(oneLine(g.Task.Prompt, 48)), cells.String(), html.EscapeString(g.Why))
+			g.Index, html.EscapeString(g.Prompt(48)), cells.String(), html.EscapeString(g.Why))
 	}
 	b.WriteString(`</table>`)
 	for _, d := range r.Dropped {
-		fmt.Fprintf(&b, `<div style="color:#555">dropped by dynamic sampling (round %d): %s, rewards %v</div>`, d.Round, html.EscapeString(oneLine(d.Task.Prompt, 48)), d.Rewards)
+		fmt.Fprintf(&b, `<div style="color:#555">dropped by dynamic sampling (round %d): %s, rewards %v</div>`, d.Round, html.EscapeString(agrl.GroupView{Task: d.Task}.Prompt(48)), d.Rewards)
 	}
 
 	if ep < 0 || ep >= len(r.Episodes) {
@@ -162,12 +162,4 @@ func advText(v []float64) string {
 		parts[i] = fmt.Sprintf("%+.3f", a)
 	}
 	return strings.Join(parts, " ")
-}
-
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n]) + "…"
-	}
-	return s
 }

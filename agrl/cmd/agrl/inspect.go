@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/learn"
 )
 
 // cmdInspect opens one recorded GRPO update of a run: the metrics re-derived from its step
@@ -14,6 +16,16 @@ import (
 // token by token (agrl.InspectStep). It fails when the re-derivation does not match the log.
 func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("inspect", stderr)
+	// -replay rebuilds the run's configuration from agrl train's flags (their defaults: the
+	// recipe of the run's env), as resuming does.
+	if dir := flagValue(args, "run"); dir != "" && flagValue(args, "env") == "" {
+		if run, err := agrl.OpenRun(dir); err == nil && run.Config.Env != "" {
+			args = append([]string{"--env", run.Config.Env}, args...)
+		}
+	}
+	var f trainFlags
+	f.register(fs, args)
+	replay := fs.Bool("replay", false, "re-run the step from the newest checkpoint before it (any step, recorded or not) and check that it reproduces the log; give the flags of agrl train that the run was trained with (those listed here besides -run, -step, -episode, -all, -json)")
 	runDir := fs.String("run", "", "the run directory")
 	step := fs.Int("step", 0, "the GRPO step (0: the newest recorded one); steps are recorded with the trajectories (step 1 and every -trajectories-every)")
 	ep := fs.Int("episode", -1, "the episode shown token by token (default: the largest advantage of the first group with signal)")
@@ -31,6 +43,9 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	}
 	if len(problems) > 0 {
 		return usageError{errors.Join(problems...)}
+	}
+	if *replay {
+		return inspectReplay(f, *runDir, *step, *ep, *all, stdout, stderr)
 	}
 	if *step == 0 {
 		run, err := agrl.OpenRun(*runDir)
@@ -84,4 +99,70 @@ func pick(m agrl.Metrics) map[string]float64 {
 		out[k] = m[k]
 	}
 	return out
+}
+
+// inspectReplay is agrl inspect -replay: learn.ReplayStep on the configuration the train flags
+// describe, then the replayed step's inspection and what the replay did not reproduce.
+func inspectReplay(f trainFlags, runDir string, step, ep int, all bool, stdout, stderr io.Writer) error {
+	run, err := agrl.OpenRun(runDir)
+	if err != nil {
+		return err
+	}
+	if step == 0 {
+		if len(run.Metrics) == 0 {
+			return fmt.Errorf("%s logged no GRPO step", runDir)
+		}
+		step = run.Metrics[len(run.Metrics)-1].Step()
+	}
+	f.out = runDir
+	f.quiet = true
+	g, err := f.config(stderr)
+	if err != nil {
+		return err
+	}
+	r, err := learn.ReplayStep(g, step)
+	var mismatch *agrl.ResumeMismatchError
+	if errors.As(err, &mismatch) {
+		return usageError{fmt.Errorf("%w\n(-replay needs the flags the run was trained with)", err)}
+	}
+	if err != nil {
+		return err
+	}
+	s := r.Inspection
+	if ep < 0 {
+		ep = s.TopEpisode()
+	}
+	if ep >= len(s.Record.Episodes) {
+		return usageError{fmt.Errorf("-episode %d: step %d has episodes 0..%d", ep, step, len(s.Record.Episodes)-1)}
+	}
+	fmt.Fprintf(stdout, "replayed step %d from the checkpoint of step %d (%d step(s) re-run): ", step, r.From, r.Steps)
+	if err := r.Err(); err != nil {
+		fmt.Fprintf(stdout, "%d differences from the run\n", len(r.Differences))
+		for _, d := range r.Differences {
+			fmt.Fprintln(stdout, "  "+d)
+		}
+	} else {
+		fmt.Fprintln(stdout, "every metric as logged, bit for bit (timings aside)")
+	}
+	if err := s.WriteText(stdout, ep, all); err != nil {
+		return err
+	}
+	return errors.Join(r.Err(), s.Check(1e-5))
+}
+
+// flagValue returns the value of flag name in a command line ("-name v", "--name=v"…), or "".
+func flagValue(args []string, name string) string {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	return ""
 }

@@ -40,6 +40,15 @@ func TestInspect(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(stdout), &js) != nil || len(js.Tokens) == 0 || len(js.Derived) != len(js.Logged) {
 		t.Fatalf("inspect -json: exit %d: %.300s", code, stdout)
 	}
+	// -replay re-runs any step from a checkpoint, given the flags the run was trained with.
+	code, stdout, stderr = runCLI(append([]string{"inspect", "--run", out, "--step", "2", "--replay", "--trajectories-every", "1"}, quick...)...)
+	if code != 0 || !strings.Contains(stdout, "replayed step 2 from the checkpoint of step ") || !strings.Contains(stdout, "every metric as logged, bit for bit") ||
+		!strings.Contains(stdout, "every metric re-derived from the record to within 1e-5") {
+		t.Fatalf("inspect -replay: exit %d: %s\n%s", code, stderr, stdout)
+	}
+	if code, _, stderr := runCLI(append([]string{"inspect", "--run", out, "--step", "2", "--replay"}, append(quick, "--lr", "0.5")...)...); code != 2 || !strings.Contains(stderr, "optimizer.lr") {
+		t.Errorf("inspect -replay with another -lr: exit %d: %s", code, stderr)
+	}
 	for _, bad := range [][]string{
 		{"inspect"},
 		{"inspect", "--run", out, "--step", "-1"},
