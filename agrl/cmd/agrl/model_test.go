@@ -85,6 +85,15 @@ func TestTrainPretrained(t *testing.T) {
 	if run.Config.Pretrained == nil || run.Config.Pretrained.Rank != 4 || run.Config.WarmStart != nil || run.Config.Screen != 0 {
 		t.Fatalf("config: pretrained %+v, warm start %+v, screen %d", run.Config.Pretrained, run.Config.WarmStart, run.Config.Screen)
 	}
+	// The trained adapters act in agrl play, in the model's own format.
+	prev := stdin
+	stdin = strings.NewReader(":task 6*7\n:step\n:quit\n")
+	code, stdout, stderr = runCLI("play", "--run", out, "--temperature", "0")
+	stdin = prev
+	if code != 0 || !strings.Contains(stdout, "agent: "+out+" at ckpt-") || !strings.Contains(stdout, "(GRPO step 2)") ||
+		!strings.Contains(stdout, "Compute: 6*7\n") || !strings.Contains(stdout, "turn 1> :step\nagent: ") || !strings.Contains(stdout, "reward ") {
+		t.Fatalf("play -run on a pretrained run: exit %d: %s\n%q", code, stderr, stdout)
+	}
 	code, stdout, stderr = runCLI("eval", "--run", out, "--split", "test", "--n", "2")
 	if code != 0 || !strings.Contains(stdout, "(GRPO step 2)") {
 		t.Fatalf("eval: exit %d: %s %s", code, stdout, stderr)

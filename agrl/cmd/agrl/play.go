@@ -13,6 +13,7 @@ import (
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/learn"
+	"agrl.dev/agrl/llm/agent"
 	"agrl.dev/agrl/repl"
 	"agrl.dev/envs"
 )
@@ -89,7 +90,7 @@ func cmdPlay(args []string, stdout, stderr io.Writer) error {
 			return tasks[n], nil
 		}}
 	if run != nil {
-		a, err := loadPlayAgent(*runDir, run.Config)
+		a, ck, err := loadPlayAgent(*runDir, run.Config, env.Tools())
 		if err != nil {
 			return err
 		}
@@ -98,7 +99,7 @@ func cmdPlay(args []string, stdout, stderr io.Writer) error {
 		if !math.IsNaN(*temp) {
 			o.Temperature = *temp
 		}
-		fmt.Fprintf(stdout, "agent: %s at %s, temperature %g\n", *runDir, a.p.Checkpoint(), o.Temperature)
+		fmt.Fprintf(stdout, "agent: %s at %s, temperature %g\n", *runDir, ck, o.Temperature)
 	}
 	edit := false
 	out, outIsFile := stdout.(*os.File)
@@ -135,15 +136,44 @@ type playAgent struct {
 	maxAction int
 }
 
-func loadPlayAgent(dir string, cfg agrl.GRPOConfig) (*playAgent, error) {
+// loadPlayAgent loads the newest checkpoint of the run in dir as the REPL's agent: a Tiny
+// policy, or a pretrained model with the run's LoRA adapters (in its chat format; no :why).
+func loadPlayAgent(dir string, cfg agrl.GRPOConfig, tools []agrl.Tool) (repl.Agent, learn.CheckpointInfo, error) {
+	ckdir := filepath.Join(dir, agrl.RunCheckpointsDir)
 	if cfg.Pretrained != nil {
-		return nil, usageError{fmt.Errorf("%s trains a pretrained model: agrl play steps Tiny checkpoints only for now (agrl eval evaluates it)", dir)}
+		m, err := learn.LoadModel(ckdir, "")
+		if err != nil {
+			return nil, learn.CheckpointInfo{}, err
+		}
+		pre, ok := m.(*learn.PretrainedPolicy)
+		if !ok {
+			return nil, learn.CheckpointInfo{}, fmt.Errorf("%s: config.json names a pretrained model but the checkpoint is a Tiny policy", dir)
+		}
+		pol, err := pre.Agent()
+		if err != nil {
+			return nil, learn.CheckpointInfo{}, err
+		}
+		return &pretrainedPlayAgent{p: pol, tools: tools, maxAction: cfg.MaxActionTokens}, pre.Checkpoint(), nil
 	}
-	p, err := learn.LoadPolicy(filepath.Join(dir, agrl.RunCheckpointsDir), "")
+	p, err := learn.LoadPolicy(ckdir, "")
 	if err != nil {
-		return nil, err
+		return nil, learn.CheckpointInfo{}, err
 	}
-	return &playAgent{p: p, maxAction: cfg.MaxActionTokens}, nil
+	return &playAgent{p: p, maxAction: cfg.MaxActionTokens}, p.Checkpoint(), nil
+}
+
+// pretrainedPlayAgent is a pretrained run's model, with its adapters, as the REPL's agent: it
+// renders the episode in the model's chat format and writes its next turn (agent.Policy.Act).
+type pretrainedPlayAgent struct {
+	p         *agent.Policy
+	tools     []agrl.Tool
+	maxAction int
+}
+
+// Act samples the model's next action.
+func (a *pretrainedPlayAgent) Act(ep *agrl.Episode, temperature float64, seed uint64) (string, error) {
+	text, _, _, err := a.p.Act(a.tools, ep, agrl.Sampling{Temperature: temperature, Seed: seed + uint64(len(ep.Turns))}, a.maxAction)
+	return text, err
 }
 
 // Act samples the checkpoint's next action.

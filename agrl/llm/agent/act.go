@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"fmt"
+	"slices"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/chat"
+)
+
+// Act samples the model's next action for an episode in progress played at the text level (an
+// agrl.Agent's contract, as in agrl play), one action per call: it renders the conversation so
+// far in the model's chat format — the system prompt, the task prompt, each turn as an
+// assistant message (a valid action in its native form, an invalid one as the text written)
+// followed by its observation as a tool message — with the generation prompt, encodes it, and
+// samples one assistant turn with s (at most maxTokens tokens; 0: the context's room). A turn
+// that parses (chat.Format.ParseTurn) is returned as agrl's protocol text, so that a turn loop
+// reads the same action; one that does not is returned as written, which the loop rejects as
+// an invalid action. It also returns the sampled ids and their log-probs.
+//
+// The context is re-encoded from text at every call: Act is for playing and inspecting, not
+// for training, whose rollouts (Rollout) keep the sampled ids token-in, token-out.
+func (p *Policy) Act(tools []agrl.Tool, ep *agrl.Episode, s agrl.Sampling, maxTokens int) (string, []int32, []float32, error) {
+	if err := s.Validate(); err != nil {
+		return "", nil, nil, err
+	}
+	var msgs []chat.Message
+	if p.system != "" {
+		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: p.system})
+	}
+	msgs = append(msgs, chat.Message{Role: chat.RoleUser, Content: ep.Prompt})
+	for _, t := range ep.Turns {
+		m, err := chat.AssistantMessage(t.Action, tools)
+		if err != nil { // an invalid action (or one with no native form): the text as written
+			m = chat.Message{Role: chat.RoleAssistant, Content: t.Text}
+		}
+		msgs = append(msgs, m, chat.Message{Role: chat.RoleTool, Content: t.Observation})
+	}
+	text, err := p.format.Render(msgs, tools, true)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("agent: %w", err)
+	}
+	ids := p.tok.Encode(text)
+	room := p.Context() - len(ids)
+	if room < 1 {
+		return "", nil, nil, fmt.Errorf("agent: the conversation takes %d tokens; the context is %d", len(ids), p.Context())
+	}
+	if maxTokens > 0 {
+		room = min(room, maxTokens)
+	}
+	st := p.newStream()
+	logits, err := st.Next(ids)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("agent: %w", err)
+	}
+	sm := newSampler(s, p.model.Config().VocabSize, 0)
+	var out []int32
+	var lps []float32
+	for len(out) < room {
+		id, lp, err := sm.draw(logits)
+		if err != nil {
+			return "", nil, nil, fmt.Errorf("agent: %w", err)
+		}
+		if slices.Contains(p.stops, id) {
+			break
+		}
+		out, lps = append(out, id), append(lps, lp)
+		if logits, err = st.Next([]int32{id}); err != nil {
+			return "", nil, nil, fmt.Errorf("agent: %w", err)
+		}
+	}
+	native := p.tok.Decode(out)
+	a := p.format.ParseTurn(native, tools)
+	if a.Kind == agrl.Invalid {
+		return native, out, lps, nil
+	}
+	a.Think = ""
+	proto := a.String()
+	if agrl.ParseAction(proto) != a {
+		return native, out, lps, nil
+	}
+	return proto, out, lps, nil
+}

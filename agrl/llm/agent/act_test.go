@@ -1,0 +1,69 @@
+package agent
+
+import (
+	"slices"
+	"testing"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/envs/calc"
+)
+
+// TestActPlaysAnEpisode: Act writes a native tool call as agrl's protocol text and a plain
+// final turn as an answer, so agrl.Play runs a whole episode from a model's native turns; a
+// malformed call comes back as written and the turn loop rejects it.
+func TestActPlaysAnEpisode(t *testing.T) {
+	p := loadPolicy(t, hf.Qwen3, nil)
+	env := calc.New()
+	turns := [][]int32{
+		encodeTurns(p, 64, "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"6*7\"\n</tool_call><|im_end|>"),
+		encodeTurns(p, 64, "<tool_call>\n{\"name\": \"calc\", \"arguments\": {\"expr\": \"6*7\"}}\n</tool_call><|im_end|>"),
+		encodeTurns(p, 64, "42<|im_end|>"),
+	}
+	var texts []string
+	agent := agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		text, ids, lps, err := withScript(p, turns[len(ep.Turns)]).Act(env.Tools(), ep, agrl.Sampling{}, 64)
+		if err == nil && (len(ids) != len(lps) || slices.Contains(ids, p.stops[0])) {
+			t.Errorf("turn %d: %d ids, %d log-probs (the stop id is not part of the action)", len(ep.Turns), len(ids), len(lps))
+		}
+		texts = append(texts, text)
+		return text, err
+	})
+	ep, err := agrl.Play(env, mustTask(t, "6*7"), agent, agrl.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ep.Turns) != 3 || ep.Turns[0].Action.Kind != agrl.Invalid || ep.Turns[1].Action.Kind != agrl.ToolCall ||
+		ep.Turns[1].Observation != "42" || !ep.Correct || ep.Termination != agrl.Answered {
+		t.Fatalf("episode %+v", ep)
+	}
+	if texts[1] != "<tool>calc(6*7)</tool>" || texts[2] != "<answer>42</answer>" {
+		t.Errorf("protocol texts %q", texts)
+	}
+}
+
+// TestActGreedyIsTheRolloutsFirstAction: on a fresh episode the rendered conversation is the
+// rollout's prompt, so greedy Act writes the ids greedy Rollout samples for the first action.
+func TestActGreedyIsTheRolloutsFirstAction(t *testing.T) {
+	p := loadPolicy(t, hf.Qwen2, nil)
+	env := calc.New()
+	task := mustTask(t, "9-4")
+	eps, _, err := p.Rollout(env, []agrl.Task{task}, agrl.RolloutOptions{Sampling: agrl.Sampling{MaxActionTokens: 12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := eps[0].Turns[0].Sampled
+	if n := len(want); n > 0 && slices.Contains(p.stops, want[n-1]) {
+		want = want[:n-1]
+	}
+	_, got, _, err := p.Act(env.Tools(), &agrl.Episode{Task: task, Prompt: eps[0].Prompt}, agrl.Sampling{}, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("greedy Act wrote %v, the rollout %v", got, want)
+	}
+	if _, _, _, err := p.Act(env.Tools(), &agrl.Episode{Prompt: "x"}, agrl.Sampling{Temperature: -1}, 4); err == nil {
+		t.Error("a negative temperature accepted")
+	}
+}
