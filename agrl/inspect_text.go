@@ -95,7 +95,11 @@ func (s *StepInspection) WriteText(w io.Writer, ep int, all bool) error {
 	fmt.Fprintln(w, "\ngroups: rewards → advantages")
 	for _, g := range s.Groups {
 		fmt.Fprintf(w, "  group %d, task %s: %s\n", g.Index, g.Task.ID, g.Prompt(60))
-		fmt.Fprintf(w, "    rewards    %s\n    advantages %s\n    %s\n", nums(g.Rewards, "%.3g"), nums(g.Advantages, "%+.2f"), g.Why)
+		fmt.Fprintf(w, "    rewards    %s\n    advantages %s\n", nums(g.Rewards, "%.3g"), nums(g.Advantages, "%+.2f"))
+		if len(g.Terms) > 0 {
+			fmt.Fprintf(w, "    mean terms %s\n", termsText(g.Terms))
+		}
+		fmt.Fprintf(w, "    %s\n", g.Why)
 	}
 	for _, d := range r.Dropped {
 		fmt.Fprintf(w, "  dropped (dynamic sampling, round %d), task %s: rewards %s\n", d.Round, d.Task.ID, nums(d.Rewards, "%.3g"))
@@ -159,3 +163,15 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
+
+// termsText writes reward components as "name value×weight" pairs.
+func termsText(terms []RewardTerm) string {
+	parts := make([]string, len(terms))
+	for i, t := range terms {
+		parts[i] = fmt.Sprintf("%s %.3g×%.3g", t.Name, t.Value, t.Weight)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// TermsText is the group's mean reward components as text ("format 1×0.2, tool 0.88×0.3, …").
+func (g GroupView) TermsText() string { return termsText(g.Terms) }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 )
 
@@ -279,11 +280,14 @@ func (r *StepRecord) Terms(p int) PassTerms {
 // GroupView is one group of a step: its task, the rewards of its episodes, the advantages they
 // got, and in words why.
 type GroupView struct {
-	Index      int
-	Task       Task
-	Episodes   []int // indexes StepRecord.Episodes
-	Rewards    []float64
-	Mean, Std  float64 // of the rewards (population std)
+	Index     int
+	Task      Task
+	Episodes  []int // indexes StepRecord.Episodes
+	Rewards   []float64
+	Mean, Std float64 // of the rewards (population std)
+	// Terms are the rubric's components, each with its mean value over the group's episodes
+	// (unweighted, as the episodes record them) and its weight.
+	Terms      []RewardTerm
 	Advantages []float64
 	// Signal: the advantages are not all 0, so the group moves the policy-gradient term.
 	Signal bool
@@ -416,6 +420,16 @@ func (r *StepRecord) groups() []GroupView {
 	}
 	for gi := range out {
 		g := &out[gi]
+		for _, i := range g.Episodes {
+			for _, t := range r.Episodes[i].Episode.Rewards {
+				k := slices.IndexFunc(g.Terms, func(x RewardTerm) bool { return x.Name == t.Name })
+				if k < 0 {
+					g.Terms = append(g.Terms, RewardTerm{Name: t.Name, Weight: t.Weight})
+					k = len(g.Terms) - 1
+				}
+				g.Terms[k].Value += t.Value / float64(len(g.Episodes))
+			}
+		}
 		for _, v := range g.Rewards {
 			g.Mean += v
 		}

@@ -73,6 +73,16 @@ func TestInspectStep(t *testing.T) {
 			if len(gv.Episodes) != 8 {
 				t.Fatalf("step %d group %d: %d episodes, want 8", step, gv.Index, len(gv.Episodes))
 			}
+			if len(gv.Terms) != 2 || gv.Terms[0].Name != "answer" || gv.Terms[1].Name != "tool" {
+				t.Errorf("step %d group %d: mean terms %+v, want the rubric's answer and tool", step, gv.Index, gv.Terms)
+			}
+			mean := 0.0
+			for _, term := range gv.Terms {
+				mean += term.Value * term.Weight
+			}
+			if math.Abs(mean-gv.Mean) > 1e-9 {
+				t.Errorf("step %d group %d: weighted mean terms %v, mean reward %v", step, gv.Index, mean, gv.Mean)
+			}
 			allEqual := slices.Min(gv.Rewards) == slices.Max(gv.Rewards)
 			if allEqual != !gv.Signal {
 				t.Errorf("step %d group %d: rewards %v, signal %v", step, gv.Index, gv.Rewards, gv.Signal)

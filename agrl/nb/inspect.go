@@ -82,8 +82,12 @@ func InspectStepHTML(s *agrl.StepInspection, ep int) string {
 			}
 			fmt.Fprintf(&cells, `<span title="episode %d" style="%s;padding:0 3px;margin:1px;display:inline-block;font-family:monospace">%.2g→%+.2f</span>`, i, style, g.Rewards[k], a)
 		}
-		fmt.Fprintf(&b, `<tr style="border-top:1px solid #ddd"><td>%d</td><td>%s</td><td>%s</td><td style="color:#555">%s</td></tr>`,
-			g.Index, html.EscapeString(g.Prompt(48)), cells.String(), html.EscapeString(g.Why))
+		terms := ""
+		if len(g.Terms) > 0 {
+			terms = `<div style="font-size:11px;color:#555">mean terms: ` + html.EscapeString(g.TermsText()) + `</div>`
+		}
+		fmt.Fprintf(&b, `<tr style="border-top:1px solid #ddd"><td>%d</td><td>%s</td><td>%s%s</td><td style="color:#555">%s</td></tr>`,
+			g.Index, html.EscapeString(g.Prompt(48)), cells.String(), terms, html.EscapeString(g.Why))
 	}
 	b.WriteString(`</table>`)
 	for _, d := range r.Dropped {

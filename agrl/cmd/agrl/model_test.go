@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/llm"
 	"agrl.dev/agrl/llm/agent"
+	"agrl.dev/envs/calc"
 )
 
 // fixture is the repository's tiny pretrained-format model (testdata/tiny-qwen3).
@@ -87,11 +89,12 @@ func TestTrainPretrained(t *testing.T) {
 	}
 	// The trained adapters act in agrl play, in the model's own format.
 	prev := stdin
-	stdin = strings.NewReader(":task 6*7\n:step\n:quit\n")
+	stdin = strings.NewReader(":task 6*7\n:step\n:why\n:quit\n")
 	code, stdout, stderr = runCLI("play", "--run", out, "--temperature", "0")
 	stdin = prev
 	if code != 0 || !strings.Contains(stdout, "agent: "+out+" at ckpt-") || !strings.Contains(stdout, "(GRPO step 2)") ||
-		!strings.Contains(stdout, "Compute: 6*7\n") || !strings.Contains(stdout, "turn 1> :step\nagent: ") || !strings.Contains(stdout, "reward ") {
+		!strings.Contains(stdout, "Compute: 6*7\n") || !strings.Contains(stdout, "turn 1> :step\nagent: ") || !strings.Contains(stdout, "reward ") ||
+		!strings.Contains(stdout, "turn 1 as the agent reads it, token by token") {
 		t.Fatalf("play -run on a pretrained run: exit %d: %s\n%q", code, stderr, stdout)
 	}
 	code, stdout, stderr = runCLI("eval", "--run", out, "--split", "test", "--n", "2")
@@ -167,4 +170,42 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestPretrainedPlayAgentExplains: :why on a pretrained agent's greedy action gives each token
+// the log-prob the sampler recorded for it, and that token is the likeliest alternative.
+func TestPretrainedPlayAgentExplains(t *testing.T) {
+	pol, err := agent.Load(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := calc.New()
+	a := &pretrainedPlayAgent{p: pol, tools: env.Tools(), maxAction: 10}
+	ep := &agrl.Episode{Prompt: "Compute: 6*7"}
+	text, err := a.Act(ep, 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, lps, err := pol.Act(env.Tools(), ep, agrl.Sampling{Seed: 1}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep.Turns = append(ep.Turns, agrl.Turn{Text: text, Action: agrl.ParseAction(text)})
+	toks, err := a.Explain(ep, 0, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(toks) != len(lps) || len(toks) == 0 {
+		t.Fatalf("%d explained tokens, %d sampled", len(toks), len(lps))
+	}
+	for i, tc := range toks {
+		if math.Abs(tc.LogProb-float64(lps[i])) > 1e-4 || len(tc.Alternatives) != 3 || tc.Alternatives[0].Text != tc.Text ||
+			math.Abs(tc.Alternatives[0].LogProb-tc.LogProb) > 1e-12 {
+			t.Errorf("token %d: %+v, sampled log-prob %v", i, tc, lps[i])
+		}
+	}
+	ep.Turns[0].Text = "<answer>1</answer>" // typed over: not the agent's
+	if _, err := a.Explain(ep, 0, 1, 3); err == nil {
+		t.Error("explained a turn the agent did not write")
+	}
 }

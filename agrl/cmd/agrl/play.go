@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -164,16 +166,89 @@ func loadPlayAgent(dir string, cfg agrl.GRPOConfig, tools []agrl.Tool) (repl.Age
 
 // pretrainedPlayAgent is a pretrained run's model, with its adapters, as the REPL's agent: it
 // renders the episode in the model's chat format and writes its next turn (agent.Policy.Act).
+// It remembers the ids of the turns it wrote, for :why.
 type pretrainedPlayAgent struct {
 	p         *agent.Policy
 	tools     []agrl.Tool
 	maxAction int
+	wrote     map[int]wroteTurn // by turn index
+}
+
+// wroteTurn is one action the agent sampled: its context and ids, and the text it returned.
+type wroteTurn struct {
+	context, ids []int32
+	text         string
 }
 
 // Act samples the model's next action.
 func (a *pretrainedPlayAgent) Act(ep *agrl.Episode, temperature float64, seed uint64) (string, error) {
-	text, _, _, err := a.p.Act(a.tools, ep, agrl.Sampling{Temperature: temperature, Seed: seed + uint64(len(ep.Turns))}, a.maxAction)
+	ctx, err := a.p.ConversationIDs(a.tools, ep)
+	if err != nil {
+		return "", err
+	}
+	text, ids, _, err := a.p.Act(a.tools, ep, agrl.Sampling{Temperature: temperature, Seed: seed + uint64(len(ep.Turns))}, a.maxAction)
+	if err == nil {
+		if a.wrote == nil {
+			a.wrote = map[int]wroteTurn{}
+		}
+		a.wrote[len(ep.Turns)] = wroteTurn{context: ctx, ids: ids, text: text}
+	}
 	return text, err
+}
+
+// Explain scores the ids the agent sampled for turn turn, in the context it sampled them in,
+// with the k likeliest alternatives at each position (log-probs at temperature; 0 means 1).
+// A turn the agent did not write (typed, or sampled before an :undo) has no ids to explain.
+func (a *pretrainedPlayAgent) Explain(ep *agrl.Episode, turn int, temperature float64, k int) ([]repl.TokenChoice, error) {
+	w, ok := a.wrote[turn]
+	if !ok || turn >= len(ep.Turns) || ep.Turns[turn].Text != w.text {
+		return nil, errors.New("the agent did not write this action (a pretrained agent explains the turns it sampled)")
+	}
+	if len(w.ids) == 0 {
+		return nil, errors.New("the action has no tokens")
+	}
+	rows, err := a.p.Model().Logits(append(slices.Clone(w.context), w.ids[:len(w.ids)-1]...))
+	if err != nil {
+		return nil, err
+	}
+	invT := 1.0
+	if temperature > 0 {
+		invT = 1 / temperature
+	}
+	tok := a.p.Tokenizer()
+	out := make([]repl.TokenChoice, len(w.ids))
+	for i, id := range w.ids {
+		lp := logSoftmax(rows[len(w.context)-1+i], invT)
+		out[i] = repl.TokenChoice{Text: tok.Decode([]int32{id}), LogProb: lp[id]}
+		order := make([]int, len(lp))
+		for j := range order {
+			order[j] = j
+		}
+		sort.SliceStable(order, func(x, y int) bool { return lp[order[x]] > lp[order[y]] })
+		for _, j := range order[:min(k, len(order))] {
+			out[i].Alternatives = append(out[i].Alternatives, repl.Alternative{Text: tok.Decode([]int32{int32(j)}), LogProb: lp[j]})
+		}
+	}
+	return out, nil
+}
+
+// logSoftmax is log softmax(z·invT), in float64.
+func logSoftmax(z []float32, invT float64) []float64 {
+	out := make([]float64, len(z))
+	mx := math.Inf(-1)
+	for j, v := range z {
+		out[j] = float64(v) * invT
+		mx = math.Max(mx, out[j])
+	}
+	sum := 0.0
+	for _, v := range out {
+		sum += math.Exp(v - mx)
+	}
+	lse := mx + math.Log(sum)
+	for j := range out {
+		out[j] -= lse
+	}
+	return out
 }
 
 // Act samples the checkpoint's next action.

@@ -10,10 +10,8 @@ import (
 
 // Act samples the model's next action for an episode in progress played at the text level (an
 // agrl.Agent's contract, as in agrl play), one action per call: it renders the conversation so
-// far in the model's chat format — the system prompt, the task prompt, each turn as an
-// assistant message (a valid action in its native form, an invalid one as the text written)
-// followed by its observation as a tool message — with the generation prompt, encodes it, and
-// samples one assistant turn with s (at most maxTokens tokens; 0: the context's room). A turn
+// far in the model's chat format and encodes it (ConversationIDs), and samples one assistant
+// turn with s (at most maxTokens tokens; 0: the context's room). A turn
 // that parses (chat.Format.ParseTurn) is returned as agrl's protocol text, so that a turn loop
 // reads the same action; one that does not is returned as written, which the loop rejects as
 // an invalid action. It also returns the sampled ids and their log-probs.
@@ -24,23 +22,10 @@ func (p *Policy) Act(tools []agrl.Tool, ep *agrl.Episode, s agrl.Sampling, maxTo
 	if err := s.Validate(); err != nil {
 		return "", nil, nil, err
 	}
-	var msgs []chat.Message
-	if p.system != "" {
-		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: p.system})
-	}
-	msgs = append(msgs, chat.Message{Role: chat.RoleUser, Content: ep.Prompt})
-	for _, t := range ep.Turns {
-		m, err := chat.AssistantMessage(t.Action, tools)
-		if err != nil { // an invalid action (or one with no native form): the text as written
-			m = chat.Message{Role: chat.RoleAssistant, Content: t.Text}
-		}
-		msgs = append(msgs, m, chat.Message{Role: chat.RoleTool, Content: t.Observation})
-	}
-	text, err := p.format.Render(msgs, tools, true)
+	ids, err := p.ConversationIDs(tools, ep)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("agent: %w", err)
+		return "", nil, nil, err
 	}
-	ids := p.tok.Encode(text)
 	room := p.Context() - len(ids)
 	if room < 1 {
 		return "", nil, nil, fmt.Errorf("agent: the conversation takes %d tokens; the context is %d", len(ids), p.Context())
@@ -80,4 +65,28 @@ func (p *Policy) Act(tools []agrl.Tool, ep *agrl.Episode, s agrl.Sampling, maxTo
 		return native, out, lps, nil
 	}
 	return proto, out, lps, nil
+}
+
+// ConversationIDs renders episode ep so far in the model's chat format — the system prompt, the
+// task prompt, each turn as an assistant message (a valid action in its native form, an invalid
+// one as the text written) and its observation as a tool message — with the generation prompt,
+// and encodes it: the context Act samples the next turn from.
+func (p *Policy) ConversationIDs(tools []agrl.Tool, ep *agrl.Episode) ([]int32, error) {
+	var msgs []chat.Message
+	if p.system != "" {
+		msgs = append(msgs, chat.Message{Role: chat.RoleSystem, Content: p.system})
+	}
+	msgs = append(msgs, chat.Message{Role: chat.RoleUser, Content: ep.Prompt})
+	for _, t := range ep.Turns {
+		m, err := chat.AssistantMessage(t.Action, tools)
+		if err != nil { // an invalid action (or one with no native form): the text as written
+			m = chat.Message{Role: chat.RoleAssistant, Content: t.Text}
+		}
+		msgs = append(msgs, m, chat.Message{Role: chat.RoleTool, Content: t.Observation})
+	}
+	text, err := p.format.Render(msgs, tools, true)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return p.tok.Encode(text), nil
 }
