@@ -143,9 +143,14 @@ func (m *Model) TokenStats(tokens, lengths, invT *graph.Node) (logp, entropy, va
 	next := graph.AddScalar(graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1), 1)
 	isReal := graph.LessThan(next, graph.InsertAxes(lengths, -1)) // [B, T-1]: target j+1 is real
 	targets = graph.Where(isReal, targets, graph.ScalarZero(g, dtypes.Int32))
-	onehot := graph.OneHot(targets, m.cfg.VocabSize, dtypes.Float32) // [B, T-1, V]
+	// The targets' log-probs by a gather (index [b, j, target]), not a product with a one-hot
+	// [B, T-1, V]: at a real vocabulary (151,936 for Qwen) the one-hot and its product are two
+	// more tensors of the logits' size, forward and backward.
+	bIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 0)
+	jIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1)
+	idx := graph.Stack([]*graph.Node{bIdx, jIdx, targets}, -1) // [B, T-1, 3]
 	valid = graph.ConvertDType(isReal, dtypes.Float32)
-	logp = graph.Mul(graph.ReduceSum(graph.Mul(lp, onehot), -1), valid)
+	logp = graph.Mul(graph.Gather(lp, idx), valid)
 	entropy = graph.Mul(graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1)), valid)
 	return logp, entropy, valid
 }
