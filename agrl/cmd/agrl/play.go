@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
 	"syscall"
 
@@ -207,48 +205,19 @@ func (a *pretrainedPlayAgent) Explain(ep *agrl.Episode, turn int, temperature fl
 	if len(w.ids) == 0 {
 		return nil, errors.New("the action has no tokens")
 	}
-	rows, err := a.p.Model().Logits(append(slices.Clone(w.context), w.ids[:len(w.ids)-1]...))
+	tops, err := a.p.TopTokens(w.context, w.ids, temperature, k)
 	if err != nil {
 		return nil, err
 	}
-	invT := 1.0
-	if temperature > 0 {
-		invT = 1 / temperature
-	}
 	tok := a.p.Tokenizer()
-	out := make([]repl.TokenChoice, len(w.ids))
-	for i, id := range w.ids {
-		lp := logSoftmax(rows[len(w.context)-1+i], invT)
-		out[i] = repl.TokenChoice{Text: tok.Decode([]int32{id}), LogProb: lp[id]}
-		order := make([]int, len(lp))
-		for j := range order {
-			order[j] = j
-		}
-		sort.SliceStable(order, func(x, y int) bool { return lp[order[x]] > lp[order[y]] })
-		for _, j := range order[:min(k, len(order))] {
-			out[i].Alternatives = append(out[i].Alternatives, repl.Alternative{Text: tok.Decode([]int32{int32(j)}), LogProb: lp[j]})
+	out := make([]repl.TokenChoice, len(tops))
+	for i, t := range tops {
+		out[i] = repl.TokenChoice{Text: tok.Decode([]int32{t.ID}), LogProb: t.LogProb}
+		for _, alt := range t.Top {
+			out[i].Alternatives = append(out[i].Alternatives, repl.Alternative{Text: tok.Decode([]int32{alt.ID}), LogProb: alt.LogProb})
 		}
 	}
 	return out, nil
-}
-
-// logSoftmax is log softmax(z·invT), in float64.
-func logSoftmax(z []float32, invT float64) []float64 {
-	out := make([]float64, len(z))
-	mx := math.Inf(-1)
-	for j, v := range z {
-		out[j] = float64(v) * invT
-		mx = math.Max(mx, out[j])
-	}
-	sum := 0.0
-	for _, v := range out {
-		sum += math.Exp(v - mx)
-	}
-	lse := mx + math.Log(sum)
-	for j := range out {
-		out[j] -= lse
-	}
-	return out
 }
 
 // Act samples the checkpoint's next action.

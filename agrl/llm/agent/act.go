@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"slices"
+	"sort"
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/chat"
@@ -89,4 +90,49 @@ func (p *Policy) ConversationIDs(tools []agrl.Tool, ep *agrl.Episode) ([]int32, 
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return p.tok.Encode(text), nil
+}
+
+// TopToken is one token of an action as the model scored it: its log-probability at the
+// scoring temperature and the k likeliest tokens at its position (likeliest first).
+type TopToken struct {
+	ID      int32
+	LogProb float64
+	Top     []Alternative
+}
+
+// Alternative is a token the model could have written there, with its log-probability.
+type Alternative struct {
+	ID      int32
+	LogProb float64
+}
+
+// TopTokens scores ids as written after context (both token ids) at temperature t (0 means 1,
+// as greedy sampling records), with the k likeliest alternatives at each position: what an
+// action's log-probs were when it was sampled from that context (Act returns both).
+func (p *Policy) TopTokens(context, ids []int32, t float64, k int) ([]TopToken, error) {
+	if len(context) == 0 || len(ids) == 0 {
+		return nil, fmt.Errorf("agent: TopTokens needs a context and ids (%d and %d)", len(context), len(ids))
+	}
+	rows, err := p.model.Logits(append(slices.Clone(context), ids[:len(ids)-1]...))
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	invT := invTemperature(t)
+	out := make([]TopToken, len(ids))
+	lp := make([]float64, p.model.Config().VocabSize)
+	order := make([]int, len(lp))
+	for i, id := range ids {
+		if err := logSoftmax(lp, rows[len(context)-1+i], invT); err != nil {
+			return nil, fmt.Errorf("agent: position %d: %w", len(context)+i, err)
+		}
+		out[i] = TopToken{ID: id, LogProb: lp[id]}
+		for j := range order {
+			order[j] = j
+		}
+		sort.SliceStable(order, func(x, y int) bool { return lp[order[x]] > lp[order[y]] })
+		for _, j := range order[:min(k, len(order))] {
+			out[i].Top = append(out[i].Top, Alternative{ID: int32(j), LogProb: lp[j]})
+		}
+	}
+	return out, nil
 }
