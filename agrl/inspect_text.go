@@ -90,7 +90,7 @@ func (s *StepInspection) WriteText(w io.Writer, ep int, all bool) error {
 	if err := s.Check(1e-5); err != nil {
 		fmt.Fprintf(w, "MISMATCH: %v\n", err)
 	} else {
-		fmt.Fprintf(w, "every metric re-derived from the record to within 1e-5 (largest |Δ| %.2g)\n", s.MaxDifference())
+		fmt.Fprintf(w, "every metric re-derived from the record to within 1e-5 (relative above 1; largest |Δ| %.2g)\n", s.MaxDifference())
 	}
 	fmt.Fprintln(w, "\ngroups: rewards → advantages")
 	for _, g := range s.Groups {

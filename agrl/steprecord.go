@@ -280,10 +280,13 @@ func (r *StepRecord) Terms(p int) PassTerms {
 // GroupView is one group of a step: its task, the rewards of its episodes, the advantages they
 // got, and in words why.
 type GroupView struct {
-	Index     int
-	Task      Task
-	Episodes  []int // indexes StepRecord.Episodes
-	Rewards   []float64
+	Index    int
+	Task     Task
+	Episodes []int // indexes StepRecord.Episodes
+	Rewards  []float64
+	// Returns are the episodes' first-turn returns, which the advantages come from: the
+	// rewards, unless a discount, per-turn reward terms or turn-level credit make them differ.
+	Returns   []float64
 	Mean, Std float64 // of the rewards (population std)
 	// Terms are the rubric's components, each with its mean value over the group's episodes
 	// (unweighted, as the episodes record them) and its weight.
@@ -413,6 +416,11 @@ func (r *StepRecord) groups() []GroupView {
 		g := &out[len(out)-1]
 		g.Episodes = append(g.Episodes, i)
 		g.Rewards = append(g.Rewards, e.Episode.Reward)
+		ret := e.Episode.Reward
+		if len(e.Returns) > 0 {
+			ret = e.Returns[0]
+		}
+		g.Returns = append(g.Returns, ret)
 		g.Advantages = append(g.Advantages, e.Advantages[0])
 		for _, a := range e.Advantages {
 			g.Signal = g.Signal || a != 0
@@ -439,13 +447,24 @@ func (r *StepRecord) groups() []GroupView {
 		}
 		g.Std = math.Sqrt(g.Std / float64(len(g.Rewards)))
 		lo, hi := minMax(g.Advantages)
+		// The advantages come from the returns: the rewards, unless a discount, per-turn terms
+		// or turn-level credit made them differ (then the first turn's return is explained).
+		vals, what, turnNote := g.Rewards, "reward", ""
+		if !slices.Equal(g.Returns, g.Rewards) || r.turnLevel() {
+			vals, what = g.Returns, "return"
+			turnNote = " (first-turn returns; later turns' advantages come from their own returns)"
+		}
+		mean := 0.0
+		for _, v := range vals {
+			mean += v / float64(len(vals))
+		}
 		switch {
 		case !g.Signal:
-			g.Why = fmt.Sprintf("all %d rewards are %.3g: the group's std is 0, so every advantage is 0 and its episodes add nothing to the policy-gradient term (only the KL penalty, if any, acts on them)", len(g.Rewards), g.Rewards[0])
+			g.Why = fmt.Sprintf("all %d %ss are %.3g: the group's std is 0, so every advantage is 0 and its episodes add nothing to the policy-gradient term (only the KL penalty, if any, acts on them)", len(vals), what, vals[0])
 		case r.AdvantageNorm == NormNone:
-			g.Why = fmt.Sprintf("rewards %.3g..%.3g around a mean of %.3g: advantages reward − mean, %+.3g..%+.3g", minOf(g.Rewards), maxOf(g.Rewards), g.Mean, lo, hi)
+			g.Why = fmt.Sprintf("%ss %.3g..%.3g around a mean of %.3g%s: advantages %s − mean, %+.3g..%+.3g", what, minOf(vals), maxOf(vals), mean, turnNote, what, lo, hi)
 		default:
-			g.Why = fmt.Sprintf("rewards %.3g..%.3g around a mean of %.3g: advantages (reward − mean) / std, %+.3g..%+.3g; episodes above the mean are pushed up, those below pushed down", minOf(g.Rewards), maxOf(g.Rewards), g.Mean, lo, hi)
+			g.Why = fmt.Sprintf("%ss %.3g..%.3g around a mean of %.3g%s: advantages (%s − mean) / std, %+.3g..%+.3g; episodes above the mean are pushed up, those below pushed down", what, minOf(vals), maxOf(vals), mean, turnNote, what, lo, hi)
 		}
 	}
 	return out
@@ -467,4 +486,14 @@ func maxOf(v []float64) float64 {
 		m = math.Max(m, x)
 	}
 	return m
+}
+
+// turnLevel reports whether the step's episodes have per-turn advantages.
+func (r *StepRecord) turnLevel() bool {
+	for _, e := range r.Episodes {
+		if len(e.Advantages) > 1 {
+			return true
+		}
+	}
+	return false
 }

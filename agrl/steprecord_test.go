@@ -122,4 +122,12 @@ func TestGroupWhy(t *testing.T) {
 	if len(g) != 1 || g[0].Signal || !strings.Contains(g[0].Why, "all 2 rewards are 1") {
 		t.Errorf("%+v", g)
 	}
+	// Equal rewards whose discounted returns differ: the advantages come from the returns, and
+	// so does the explanation.
+	r.Episodes[0].Returns, r.Episodes[0].Advantages = []float64{1}, []float64{0.707}
+	r.Episodes[1].Returns, r.Episodes[1].Advantages = []float64{0.5}, []float64{-0.707}
+	g = r.groups()
+	if !g[0].Signal || !strings.Contains(g[0].Why, "returns 0.5..1 around a mean of 0.75 (first-turn returns") {
+		t.Errorf("discounted returns: %q", g[0].Why)
+	}
 }

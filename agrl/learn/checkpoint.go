@@ -281,16 +281,15 @@ func listCheckpoints(dir string) []string {
 }
 
 // pruneCheckpoints removes all but the newest keep checkpoints (never the one LATEST names, nor
-// the first of GRPO step 0: the warm-started policy every step of the run can be replayed from,
-// see ReplayStep) and temporary directories left by interrupted saves.
+// the newest of GRPO step 0: the warm-started policy every step of the run can be replayed
+// from, see ReplayStep) and temporary directories left by interrupted saves.
 func pruneCheckpoints(dir string, keep int) {
 	latest := readLatest(dir)
 	names := listCheckpoints(dir)
 	start := ""
 	for _, n := range names {
 		if m, err := readMark(filepath.Join(dir, n)); err == nil && m.Stage == StageGRPO && m.Step == 0 {
-			start = n
-			break
+			start = n // the newest such
 		}
 	}
 	for i := 0; i < len(names)-keep; i++ {

@@ -912,7 +912,9 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		if err := t.run.SaveStepRecord(rec); err != nil {
 			return m, err
 		}
-		t.lastRecord = rec
+		if t.recordAll {
+			t.lastRecord = rec // ReplayStep's; a training run keeps none in memory
+		}
 	}
 	return m, nil
 }

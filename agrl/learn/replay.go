@@ -83,9 +83,13 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 	if from.Step < 0 {
 		return nil, fmt.Errorf("agrl: ReplayStep: %s has no checkpoint from before step %d (GRPO checkpoints at steps: %s)", ckdir, step, strings.Join(marks, ", "))
 	}
-	tmp, err := os.MkdirTemp("", "agrl-replay-")
+	// The copy goes next to the run (the same file system as its checkpoints, which may be large),
+	// else to the system's temporary directory.
+	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dir)), ".agrl-replay-")
 	if err != nil {
-		return nil, err
+		if tmp, err = os.MkdirTemp("", "agrl-replay-"); err != nil {
+			return nil, err
+		}
 	}
 	defer os.RemoveAll(tmp)
 	for _, name := range []string{agrl.RunConfigFile, agrl.RunMetricsFile, agrl.RunEvalFile, agrl.RunSummaryFile, agrl.RunConfigHistoryFile} {
@@ -130,7 +134,13 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 	}
 	r.Inspection = s
 	r.Differences = metricDifferences(r.Metrics, logged)
-	if orig, err := run.StepRecord(step); err == nil {
+	recPath := filepath.Join(dir, agrl.RunStepsDir, fmt.Sprintf("step-%06d.json", step))
+	if _, err := os.Stat(recPath); err == nil {
+		orig, err := run.StepRecord(step)
+		if err != nil {
+			r.Differences = append(r.Differences, fmt.Sprintf("the run's record of the step cannot be read: %v", err))
+			return r, nil
+		}
 		if len(orig.Episodes) != len(tr.lastRecord.Episodes) {
 			r.Differences = append(r.Differences, fmt.Sprintf("%d episodes replayed, %d recorded", len(tr.lastRecord.Episodes), len(orig.Episodes)))
 		} else {

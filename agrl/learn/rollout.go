@@ -134,8 +134,8 @@ func (p *Policy) Fork(env agrl.Env, ep *agrl.Episode, turn int, observation stri
 	start := time.Now()
 	var st agrl.RolloutStats
 	switch {
-	case env == nil:
-		return nil, st, errors.New("agrl: Fork needs an env")
+	case env == nil || ep == nil:
+		return nil, st, errors.New("agrl: Fork needs an env and an episode")
 	case n < 1:
 		return nil, st, fmt.Errorf("agrl: Fork: %d forks; want >= 1", n)
 	case turn < 0 || turn >= len(ep.Turns):

@@ -76,6 +76,10 @@ func TestTokenAudit(t *testing.T) {
 			t.Errorf("EpisodeHTML lacks %q", want)
 		}
 	}
+	long := &agrl.Episode{Tokens: make([]int32, maxAuditRows+76), LossMask: make([]uint8, maxAuditRows+76)}
+	if view := EpisodeHTML(long); !strings.Contains(view, "… 76 more tokens") || !strings.Contains(TokenAuditHTML(long, nil), fmt.Sprintf("<td>%d</td>", maxAuditRows+75)) {
+		t.Error("the folded audit of a long episode is not capped, or the full audit is")
+	}
 	ep.Tokens[7] = 23 // trained on an id the sampler did not emit
 	if page := TokenAuditHTML(ep, decode); !strings.Contains(page, "1 sampled-vs-trained id mismatches") {
 		t.Errorf("mismatch not flagged:\n%s", page)

@@ -50,7 +50,7 @@ func InspectStepHTML(s *agrl.StepInspection, ep int) string {
 	}
 	fmt.Fprintf(&b, `<div><b>step %d</b>: %d groups × %d episodes, %d optimizer step(s); clip [1−%g, 1+%g], %s, temperature %g</div>`,
 		r.Step, len(s.Groups), r.Group, len(r.Passes), r.ClipLow, r.ClipHigh, html.EscapeString(kl), r.Temperature)
-	check := fmt.Sprintf(`<span style="color:#2e7d32">every metric re-derived from the record to within 1e-5 (largest |Δ| %.2g)</span>`, s.MaxDifference())
+	check := fmt.Sprintf(`<span style="color:#2e7d32">every metric re-derived from the record to within 1e-5 (relative above 1; largest |Δ| %.2g)</span>`, s.MaxDifference())
 	if err := s.Check(1e-5); err != nil {
 		check = `<b style="color:#c62828">` + html.EscapeString(err.Error()) + `</b>`
 	}

@@ -42,6 +42,11 @@ func TokenAudit(ep *agrl.Episode, decode func([]int32) string) { ShowHTML(TokenA
 // mismatches (agrl.Episode.TokenMismatches: 0, or the episode trains on tokens never sampled).
 // Policy tokens are highlighted: they are the only ones in the loss.
 func TokenAuditHTML(ep *agrl.Episode, decode func([]int32) string) string {
+	return tokenAuditHTML(ep, decode, len(ep.Tokens))
+}
+
+// tokenAuditHTML is TokenAuditHTML showing at most maxRows tokens (the counts cover them all).
+func tokenAuditHTML(ep *agrl.Episode, decode func([]int32) string, maxRows int) string {
 	var b strings.Builder
 	roles := TokenRoles(ep)
 	count := map[string]int{}
@@ -59,6 +64,10 @@ func TokenAuditHTML(ep *agrl.Episode, decode func([]int32) string) string {
 		len(ep.Tokens), count[RolePrompt], RolePrompt, count[RolePolicy], RolePolicy, count[RoleObservation], RoleObservation, mismatch)
 	b.WriteString(`<table style="border-collapse:collapse;font-family:monospace"><tr><th>pos</th><th>id</th><th>text</th><th>role</th><th>log-prob</th></tr>`)
 	for i, id := range ep.Tokens {
+		if i == maxRows {
+			fmt.Fprintf(&b, `<tr><td colspan="5">… %d more tokens (nb.TokenAudit shows them all)</td></tr>`, len(ep.Tokens)-maxRows)
+			break
+		}
 		style := ""
 		lp := ""
 		if roles[i] == RolePolicy {

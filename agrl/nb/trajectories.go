@@ -112,6 +112,10 @@ func EpisodeHTML(ep *agrl.Episode) string {
 	return b.String()
 }
 
+// maxAuditRows caps the tokens listed by the trajectory viewer's folded audit (a pretrained
+// model's episodes run to thousands of tokens).
+const maxAuditRows = 1024
+
 // Inline styles: notebook front ends and nbconvert keep style attributes, and text inside
 // <pre> and <code> is left alone by the math renderer (episodes may contain "$").
 const (
@@ -173,7 +177,7 @@ func writeEpisodeHTML(b *strings.Builder, ep *agrl.Episode) {
 			styleNote, n, trained, n-trained)
 		// The mask and token audit, folded: every token's id and role, and the sampled-vs-trained
 		// id mismatch count (TokenAudit adds each token's text, given the tokenizer).
-		fmt.Fprintf(b, `<details style="%s"><summary>token audit</summary>%s</details>`, styleNote, TokenAuditHTML(ep, nil))
+		fmt.Fprintf(b, `<details style="%s"><summary>token audit</summary>%s</details>`, styleNote, tokenAuditHTML(ep, nil, maxAuditRows))
 	}
 	b.WriteString(`</div>`)
 }

@@ -150,19 +150,25 @@ func inspectReplay(f trainFlags, runDir string, step, ep int, all bool, stdout, 
 	return errors.Join(r.Err(), s.Check(1e-5))
 }
 
-// flagValue returns the value of flag name in a command line ("-name v", "--name=v"…), or "".
+// flagValue returns the value of flag name in a command line ("-name v", "--name=v"…; the
+// last one given, as the flag package takes it), or "".
 func flagValue(args []string, name string) string {
-	for i, a := range args {
+	v := ""
+	for i := 0; i < len(args); i++ {
+		a := args[i]
 		if a == "--" {
 			break
 		}
-		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v
+		if !strings.HasPrefix(a, "-") { // a flag's value, or a stray argument
+			continue
 		}
-		if a == name && i+1 < len(args) {
-			return args[i+1]
+		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
+		if val, ok := strings.CutPrefix(a, name+"="); ok {
+			v = val
+		} else if a == name && i+1 < len(args) {
+			v = args[i+1]
+			i++
 		}
 	}
-	return ""
+	return v
 }

@@ -204,6 +204,11 @@ func TestPretrainedPlayAgentExplains(t *testing.T) {
 			t.Errorf("token %d: %+v, sampled log-prob %v", i, tc, lps[i])
 		}
 	}
+	other := *ep
+	other.Prompt = "Compute: 9-4" // the same text written after another context
+	if _, err := a.Explain(&other, 0, 1, 3); err == nil {
+		t.Error("explained an action in a context the agent did not write it in")
+	}
 	ep.Turns[0].Text = "<answer>1</answer>" // typed over: not the agent's
 	if _, err := a.Explain(ep, 0, 1, 3); err == nil {
 		t.Error("explained a turn the agent did not write")

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -199,7 +200,14 @@ func (a *pretrainedPlayAgent) Act(ep *agrl.Episode, temperature float64, seed ui
 // A turn the agent did not write (typed, or sampled before an :undo) has no ids to explain.
 func (a *pretrainedPlayAgent) Explain(ep *agrl.Episode, turn int, temperature float64, k int) ([]repl.TokenChoice, error) {
 	w, ok := a.wrote[turn]
-	if !ok || turn >= len(ep.Turns) || ep.Turns[turn].Text != w.text {
+	ok = ok && turn < len(ep.Turns) && ep.Turns[turn].Text == w.text
+	if ok {
+		before := *ep
+		before.Turns = ep.Turns[:turn]
+		ctx, err := a.p.ConversationIDs(a.tools, &before)
+		ok = err == nil && slices.Equal(ctx, w.context) // the same episode up to that turn
+	}
+	if !ok {
 		return nil, errors.New("the agent did not write this action (a pretrained agent explains the turns it sampled)")
 	}
 	if len(w.ids) == 0 {

@@ -3,7 +3,6 @@ package agent
 import (
 	"fmt"
 	"slices"
-	"sort"
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/chat"
@@ -113,26 +112,54 @@ func (p *Policy) TopTokens(context, ids []int32, t float64, k int) ([]TopToken, 
 	if len(context) == 0 || len(ids) == 0 {
 		return nil, fmt.Errorf("agent: TopTokens needs a context and ids (%d and %d)", len(context), len(ids))
 	}
-	rows, err := p.model.Logits(append(slices.Clone(context), ids[:len(ids)-1]...))
+	// One position at a time through the KV cache: only the logits of the action's positions
+	// are computed and held (a vocabulary row each), never the whole context's.
+	c := p.model.NewCache()
+	logits, err := p.model.Next(c, context)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	invT := invTemperature(t)
 	out := make([]TopToken, len(ids))
 	lp := make([]float64, p.model.Config().VocabSize)
-	order := make([]int, len(lp))
 	for i, id := range ids {
-		if err := logSoftmax(lp, rows[len(context)-1+i], invT); err != nil {
+		if i > 0 {
+			if logits, err = p.model.Next(c, ids[i-1:i]); err != nil {
+				return nil, fmt.Errorf("agent: %w", err)
+			}
+		}
+		if err := logSoftmax(lp, logits, invT); err != nil {
 			return nil, fmt.Errorf("agent: position %d: %w", len(context)+i, err)
 		}
 		out[i] = TopToken{ID: id, LogProb: lp[id]}
-		for j := range order {
-			order[j] = j
-		}
-		sort.SliceStable(order, func(x, y int) bool { return lp[order[x]] > lp[order[y]] })
-		for _, j := range order[:min(k, len(order))] {
+		for _, j := range topK(lp, k) {
 			out[i].Top = append(out[i].Top, Alternative{ID: int32(j), LogProb: lp[j]})
 		}
 	}
 	return out, nil
+}
+
+// topK returns the indexes of the k largest values of v, largest first (the first index among
+// equals), in one pass.
+func topK(v []float64, k int) []int {
+	k = min(k, len(v))
+	if k <= 0 {
+		return nil
+	}
+	best := make([]int, 0, k)
+	for j, x := range v {
+		if len(best) == k && x <= v[best[k-1]] {
+			continue
+		}
+		pos := len(best)
+		for pos > 0 && x > v[best[pos-1]] {
+			pos--
+		}
+		if len(best) < k {
+			best = append(best, 0)
+		}
+		copy(best[pos+1:], best[pos:len(best)-1])
+		best[pos] = j
+	}
+	return best
 }

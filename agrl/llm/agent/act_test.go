@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"math/rand/v2"
 	"slices"
+	"sort"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -65,5 +67,27 @@ func TestActGreedyIsTheRolloutsFirstAction(t *testing.T) {
 	}
 	if _, _, _, err := p.Act(env.Tools(), &agrl.Episode{Prompt: "x"}, agrl.Sampling{Temperature: -1}, 4); err == nil {
 		t.Error("a negative temperature accepted")
+	}
+}
+
+// TestTopK: the k largest of a vector, largest first and the first index among equals, as a
+// stable sort gives them.
+func TestTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 200 {
+		v := make([]float64, 1+rng.IntN(40))
+		for j := range v {
+			v[j] = float64(rng.IntN(8)) // many ties
+		}
+		k := rng.IntN(len(v) + 3)
+		order := make([]int, len(v))
+		for j := range order {
+			order[j] = j
+		}
+		sort.SliceStable(order, func(a, b int) bool { return v[order[a]] > v[order[b]] })
+		want := order[:min(k, len(v))]
+		if got := topK(v, k); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+			t.Fatalf("trial %d: topK(%v, %d) = %v, want %v", trial, v, k, got, want)
+		}
 	}
 }
