@@ -109,8 +109,8 @@ func asMap(v any) (map[string]any, error) {
 	return out, json.Unmarshal(b, &out)
 }
 
-// TestRewind: a run directory returned to a checkpoint keeps the metrics, evaluations and
-// trajectories up to it, each once, and drops a torn last line.
+// TestRewind: a run directory returned to a checkpoint keeps the metrics, evaluations,
+// trajectories and step records up to it, each once, and drops a torn last line.
 func TestRewind(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "run")
 	w, err := LockRun(dir)
@@ -130,6 +130,9 @@ func TestRewind(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := w.SaveTrajectories(step, []*Episode{ep}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.SaveStepRecord(&StepRecord{Step: step}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,9 +157,10 @@ func TestRewind(t *testing.T) {
 		es = append(es, e.Step)
 	}
 	trajs, _ := r.TrajectorySteps()
+	recs, _ := r.StepRecordSteps()
 	want := []int{1, 2, 3}
-	if !reflect.DeepEqual(ms, want) || !reflect.DeepEqual(es, want) || !reflect.DeepEqual(trajs, want) || r.Skipped != 0 {
-		t.Errorf("after Rewind(3): metrics %v, evals %v, trajectories %v, skipped %d", ms, es, trajs, r.Skipped)
+	if !reflect.DeepEqual(ms, want) || !reflect.DeepEqual(es, want) || !reflect.DeepEqual(trajs, want) || !reflect.DeepEqual(recs, want) || r.Skipped != 0 {
+		t.Errorf("after Rewind(3): metrics %v, evals %v, trajectories %v, step records %v, skipped %d", ms, es, trajs, recs, r.Skipped)
 	}
 	if err := w.Rewind(3, func(e EvalRecord) bool { return e.Step < 2 }); err != nil {
 		t.Fatal(err)

@@ -181,25 +181,21 @@ func (w *RunWriter) Rewind(step int, keepEval func(EvalRecord) bool) error {
 	if err := w.rewrite(RunEvalFile, len(evals), func(i int) any { return evals[i] }); err != nil {
 		return err
 	}
-	steps, err := r.TrajectorySteps()
-	if err != nil {
-		return err
-	}
-	for _, s := range steps {
-		if s > step {
-			if err := os.Remove(filepath.Join(w.dir, RunTrajectoriesDir, fmt.Sprintf("step-%06d.jsonl", s))); err != nil {
-				return fmt.Errorf("agrl: %w", err)
-			}
+	// Trajectory files and step records of later steps go.
+	for _, d := range []struct {
+		dir  string
+		name *regexp.Regexp
+		ext  string
+	}{{RunTrajectoriesDir, trajectoryFile, "jsonl"}, {RunStepsDir, stepRecordFile, "json"}} {
+		steps, err := stepFiles(filepath.Join(w.dir, d.dir), d.name)
+		if err != nil {
+			return err
 		}
-	}
-	recs, err := r.StepRecordSteps()
-	if err != nil {
-		return err
-	}
-	for _, s := range recs {
-		if s > step {
-			if err := os.Remove(filepath.Join(w.dir, RunStepsDir, fmt.Sprintf("step-%06d.json", s))); err != nil {
-				return fmt.Errorf("agrl: %w", err)
+		for _, s := range steps {
+			if s > step {
+				if err := os.Remove(filepath.Join(w.dir, d.dir, fmt.Sprintf("step-%06d.%s", s, d.ext))); err != nil {
+					return fmt.Errorf("agrl: %w", err)
+				}
 			}
 		}
 	}

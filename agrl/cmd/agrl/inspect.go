@@ -45,7 +45,7 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 		return usageError{errors.Join(problems...)}
 	}
 	if *replay {
-		return inspectReplay(f, *runDir, *step, *ep, *all, stdout, stderr)
+		return inspectReplay(f, *runDir, *step, *ep, *all, *asJSON, stdout, stderr)
 	}
 	if *step == 0 {
 		run, err := agrl.OpenRun(*runDir)
@@ -66,14 +66,21 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *ep < 0 {
-		*ep = s.TopEpisode()
+	return showInspection(stdout, s, *ep, *all, *asJSON)
+}
+
+// showInspection prints an inspection as text or JSON with episode ep token by token (-1: the
+// largest advantage of the first group with signal), and returns Check's verdict.
+func showInspection(stdout io.Writer, s *agrl.StepInspection, ep int, all, asJSON bool) error {
+	step := s.Record.Step
+	if ep < 0 {
+		ep = s.TopEpisode()
 	}
-	if *ep >= len(s.Record.Episodes) {
-		return usageError{fmt.Errorf("-episode %d: step %d has episodes 0..%d", *ep, *step, len(s.Record.Episodes)-1)}
+	if ep >= len(s.Record.Episodes) {
+		return usageError{fmt.Errorf("-episode %d: step %d has episodes 0..%d", ep, step, len(s.Record.Episodes)-1)}
 	}
-	if *asJSON {
-		_, toks := s.EpisodeTokens(*ep)
+	if asJSON {
+		_, toks := s.EpisodeTokens(ep)
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(struct {
@@ -83,10 +90,10 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 			Groups  []agrl.GroupView   `json:"groups"`
 			Episode int                `json:"episode"`
 			Tokens  []agrl.TokenTerm   `json:"tokens"`
-		}{*step, pick(s.Logged), s.Derived, s.Groups, *ep, toks}); err != nil {
+		}{step, pick(s.Logged), s.Derived, s.Groups, ep, toks}); err != nil {
 			return err
 		}
-	} else if err := s.WriteText(stdout, *ep, *all); err != nil {
+	} else if err := s.WriteText(stdout, ep, all); err != nil {
 		return err
 	}
 	return s.Check(1e-5)
@@ -103,7 +110,7 @@ func pick(m agrl.Metrics) map[string]float64 {
 
 // inspectReplay is agrl inspect -replay: learn.ReplayStep on the configuration the train flags
 // describe, then the replayed step's inspection and what the replay did not reproduce.
-func inspectReplay(f trainFlags, runDir string, step, ep int, all bool, stdout, stderr io.Writer) error {
+func inspectReplay(f trainFlags, runDir string, step, ep int, all, asJSON bool, stdout, stderr io.Writer) error {
 	run, err := agrl.OpenRun(runDir)
 	if err != nil {
 		return err
@@ -128,26 +135,23 @@ func inspectReplay(f trainFlags, runDir string, step, ep int, all bool, stdout, 
 	if err != nil {
 		return err
 	}
-	s := r.Inspection
-	if ep < 0 {
-		ep = s.TopEpisode()
+	if ep >= len(r.Inspection.Record.Episodes) { // before the report: a bad flag is a usage error
+		return usageError{fmt.Errorf("-episode %d: step %d has episodes 0..%d", ep, step, len(r.Inspection.Record.Episodes)-1)}
 	}
-	if ep >= len(s.Record.Episodes) {
-		return usageError{fmt.Errorf("-episode %d: step %d has episodes 0..%d", ep, step, len(s.Record.Episodes)-1)}
+	report := stdout
+	if asJSON {
+		report = stderr // stdout holds the JSON alone
 	}
-	fmt.Fprintf(stdout, "replayed step %d from the checkpoint of step %d (%d step(s) re-run): ", step, r.From, r.Steps)
+	fmt.Fprintf(report, "replayed step %d from the checkpoint of step %d (%d step(s) re-run): ", step, r.From, r.Steps)
 	if err := r.Err(); err != nil {
-		fmt.Fprintf(stdout, "%d differences from the run\n", len(r.Differences))
+		fmt.Fprintf(report, "%d differences from the run\n", len(r.Differences))
 		for _, d := range r.Differences {
-			fmt.Fprintln(stdout, "  "+d)
+			fmt.Fprintln(report, "  "+d)
 		}
 	} else {
-		fmt.Fprintln(stdout, "every metric as logged, bit for bit (timings aside)")
+		fmt.Fprintln(report, "every metric as logged, bit for bit (timings aside)")
 	}
-	if err := s.WriteText(stdout, ep, all); err != nil {
-		return err
-	}
-	return errors.Join(r.Err(), s.Check(1e-5))
+	return errors.Join(r.Err(), showInspection(stdout, r.Inspection, ep, all, asJSON))
 }
 
 // flagValue returns the value of flag name in a command line ("-name v", "--name=v"…; the
