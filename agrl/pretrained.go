@@ -59,8 +59,12 @@ func (p PretrainedLM) Targets(modules ...string) PretrainedLM {
 	return p
 }
 
-// Dropout sets lora_dropout; it is recorded in the saved adapters (PEFT reads it), and not
-// applied by agrl's trainer.
+// Dropout sets lora_dropout, in [0, 1) (default 0): the learner's training steps zero each
+// input entry of every adapter term with this probability (a fresh mask per projection, layer,
+// micro-batch and step, drawn from the run's seed and the step, so a resumed run draws the same
+// ones), as PEFT does in training mode; sampling, scoring and the reference policy apply none.
+// It is saved with the adapters (PEFT reads it). With dropout the learner's log-probs are not
+// the scorer's, so a step record cannot re-derive its loss (agrl inspect says so).
 func (p PretrainedLM) Dropout(d float64) PretrainedLM { p.dropout = d; return p }
 
 // Backend sets the compute backend of scoring and training ("" means the learner's default;

@@ -36,6 +36,10 @@ type StepRecord struct {
 	AdvantageNorm AdvantageNorm `json:"advantage_norm"`
 	Temperature   float64       `json:"temperature"`
 	Group         int           `json:"group"`
+	// LoRADropout is the pretrained policy's lora_dropout when the learner applied it (0
+	// otherwise): the learner's forward passes then drew dropout masks, so its log-probs, and
+	// the loss built from them, are not the scorer's that the record holds.
+	LoRADropout float64 `json:"lora_dropout,omitempty"`
 	// Episodes are the episodes trained on, group by group (Group consecutive episodes of one
 	// task each).
 	Episodes []StepEpisode `json:"episodes"`
@@ -370,7 +374,13 @@ func InspectRecord(rec *StepRecord, logged Metrics) (*StepInspection, error) {
 // of each pass; a difference above tol is an error naming each metric. tol is absolute for
 // values up to 1 in size and relative above (the learner sums in float32: a KL of 10⁵ after a
 // blow-up carries float32's 1e-7 relative rounding, not an absolute 1e-5).
+//
+// A step whose learner applied LoRA dropout (StepRecord.LoRADropout) does not re-derive: Check
+// says so instead of comparing.
 func (s *StepInspection) Check(tol float64) error {
+	if d := s.Record.LoRADropout; d > 0 {
+		return fmt.Errorf("agrl: step %d cannot re-derive to its log: its learner applied LoRA dropout %v, so the loss came from log-probs under random masks, not from the scorer's log-probs the record holds (train with Dropout(0) to audit updates exactly)", s.Record.Step, d)
+	}
 	var errs []error
 	off := func(got, want float64) bool { return !(math.Abs(got-want) <= tol*math.Max(1, math.Abs(want))) }
 	for _, k := range InspectedMetrics {

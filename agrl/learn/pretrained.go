@@ -50,6 +50,7 @@ type PretrainedPolicy struct {
 	backendConfig string
 	store         *model.Store
 	graph         *hfgraph.Model // base + adapters, in the store
+	seed          uint64         // the seed the adapters were drawn from; LoRA dropout's masks follow from it
 
 	mu        sync.Mutex
 	host      *llm.Adapters // the adapters as the sampler reads them
@@ -99,7 +100,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	bc, _ := ParseBackend(s.Backend)
 	pp := &PretrainedPolicy{spec: s, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
-		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[bool]*model.Exec{}}
+		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[bool]*model.Exec{}, seed: seed}
 	if pp.graph, err = hfgraph.FromLLM(pp.store, pretrainedScope, pp.base); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 	}
@@ -339,6 +340,7 @@ type pretrainedTrainer struct {
 	loss     LossFunc
 	values   []string
 	invT     float32
+	dropout  bool // LoRA dropout applies: the gradient graph takes an RNG state as its last input
 	gradExec *model.Exec
 	updExec  *model.Exec
 	metrics  []string
@@ -354,7 +356,8 @@ func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []strin
 	}
 	vals := slices.Clone(values)
 	slices.Sort(vals)
-	t := &pretrainedTrainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature)}
+	t := &pretrainedTrainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature),
+		dropout: p.graph.LoRA().Dropout > 0}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	create := func(path string, shape shapes.Shape) error {
@@ -407,11 +410,16 @@ func (t *pretrainedTrainer) Steps() int {
 func (t *pretrainedTrainer) steps() int { return stepCount(t.p.store, t.statePath("step")) }
 
 // gradGraph: inputs tokens [B, T], lengths [B], one [B, T] per value, one scalar sum per
-// value; outputs the loss, the metrics and the gradient of every adapter variable.
+// value, and with LoRA dropout an RNG state; outputs the loss, the metrics and the gradient of
+// every adapter variable.
 func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	g := in[0].Graph()
 	tl := in[0].Shape().Dimensions[1]
-	logp, ent, valid := t.p.graph.TokenStats(in[0], in[1], graph.Const(g, t.invT))
+	m := t.p.graph
+	if t.dropout {
+		m = m.Dropout(in[len(in)-1])
+	}
+	logp, ent, valid := m.TokenStats(in[0], in[1], graph.Const(g, t.invT))
 	shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
 	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: graph.ZerosLike(logp), Valid: valid,
 		Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
@@ -489,7 +497,8 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	vars := p.graph.AdapterVariables()
 	grads := make([][]float32, len(vars))
 	var st agrl.StepStats
-	for _, c := range p.chunks(len(b.Tokens)) {
+	step := t.steps() + 1
+	for ci, c := range p.chunks(len(b.Tokens)) {
 		tok, lens, width, err := p.pad(b.Tokens[c[0]:c[1]])
 		if err != nil {
 			return agrl.StepStats{}, err
@@ -504,6 +513,13 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		for _, s := range sums {
 			args = append(args, s)
+		}
+		if t.dropout {
+			state, err := dropoutState(p.seed, step, ci)
+			if err != nil {
+				return agrl.StepStats{}, err
+			}
+			args = append(args, state)
 		}
 		outs, err := call(t.gradExec, args...)
 		if err != nil {
@@ -530,7 +546,6 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			_ = o.FinalizeAll()
 		}
 	}
-	step := t.steps() + 1
 	lr := t.opt.LearningRate(step)
 	st.Step, st.LR, st.Tokens = step, lr, n
 	st.GradNorm = math.NaN()
@@ -553,6 +568,18 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		return st, fmt.Errorf("agrl: train step %d: grad norm %v", step, st.GradNorm)
 	}
 	return st, nil
+}
+
+// dropoutState is the RNG state LoRA dropout draws its masks from in micro-batch chunk of
+// optimizer step step: a function of the adapters' seed, the step and the chunk alone, so a
+// resumed run draws the masks an uninterrupted one draws.
+func dropoutState(seed uint64, step, chunk int) (*tensors.Tensor, error) {
+	x := seed ^ 0x6c6f72612e64726f // "lora.dro"
+	for _, v := range []uint64{uint64(step), uint64(chunk)} {
+		x = (x ^ v) * 0x9e3779b97f4a7c15
+		x ^= x >> 31
+	}
+	return graph.RNGStateFromSeed(int64(x >> 1))
 }
 
 // Checkpoints of a pretrained policy: policy.json (kind "pretrained"), the adapters in PEFT's

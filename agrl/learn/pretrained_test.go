@@ -338,3 +338,67 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 		t.Fatal("the base view scores like the adapted model")
 	}
 }
+
+// TestPretrainedLoRADropout: with lora_dropout the learner's steps draw masks on the adapter
+// term only (at step 1, whose B matrices are zero, the loss and KL equal those without dropout
+// but the gradient, which flows through drop(x)·A into B, differs; step 2's loss differs), the masks follow from the seed and the step (a run stopped after step 1 and
+// resumed ends bit-identical), and the step records say that they cannot re-derive the loss.
+func TestPretrainedLoRADropout(t *testing.T) {
+	dir := t.TempDir()
+	withDropout := func(out string, d float64) agrl.GRPO {
+		return pretrainedGRPO(t, out).Pretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).MicroBatch(4).Dropout(d)).Steps(2)
+	}
+	run := func(g agrl.GRPO) []agrl.Metrics {
+		tr, err := Build(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := tr.Train(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.History
+	}
+	plain := run(withDropout(filepath.Join(dir, "plain"), 0))
+	straight := run(withDropout(filepath.Join(dir, "straight"), 0.3))
+	for _, k := range []string{agrl.MetricLoss, agrl.MetricKL} {
+		if plain[0][k] != straight[0][k] {
+			t.Errorf("step 1 (B zero: the adapter term is 0 with or without a mask) %s: %v with dropout, %v without", k, straight[0][k], plain[0][k])
+		}
+	}
+	if plain[0][agrl.MetricGradNorm] == straight[0][agrl.MetricGradNorm] {
+		t.Error("step 1: the same gradient norm with and without dropout (B's gradient is (drop(x)·A)ᵀ·∂y)")
+	}
+	if plain[1][agrl.MetricLoss] == straight[1][agrl.MetricLoss] {
+		t.Error("step 2: the same loss with and without dropout")
+	}
+	for i, m := range straight {
+		if bad(m[agrl.MetricLoss]) || bad(m[agrl.MetricGradNorm]) {
+			t.Errorf("step %d: loss %v grad norm %v", i+1, m[agrl.MetricLoss], m[agrl.MetricGradNorm])
+		}
+	}
+	s, err := agrl.InspectStep(filepath.Join(dir, "straight"), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(1e-5); err == nil || !strings.Contains(err.Error(), "dropout") {
+		t.Errorf("Check of a step trained with dropout: %v, want an error naming dropout", err)
+	}
+	if p, err := agrl.InspectStep(filepath.Join(dir, "plain"), 2); err != nil || p.Check(1e-5) != nil {
+		t.Errorf("the run without dropout: %v / %v", err, p.Check(1e-5))
+	}
+
+	g := withDropout(filepath.Join(dir, "resumed"), 0.3)
+	trainUntil(t, g, 1)
+	resumed := run(g)
+	for i := range straight {
+		for k, v := range straight[i] {
+			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
+				continue
+			}
+			if resumed[i][k] != v {
+				t.Errorf("step %d %s: %v straight, %v resumed", i+1, k, v, resumed[i][k])
+			}
+		}
+	}
+}

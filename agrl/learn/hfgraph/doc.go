@@ -49,7 +49,8 @@
 //
 // # Limits
 //
-// Everything is float32. LoRA dropout is recorded, not applied. There is no incremental
+// Everything is float32. LoRA dropout applies in the graphs of the Dropout view only (a
+// training step's), from an RNG state the caller feeds. There is no incremental
 // (KV-cache) decoding graph yet: sampling still goes through agrl/llm or a full forward per
 // token. Graphs are compiled per input shape, so batch sizes and lengths should be bucketed.
 package hfgraph

@@ -37,6 +37,10 @@ type weights struct {
 	embed, norm, head *graph.Node // [V, H], [H], [V, H] (head is embed when tied)
 	layers            []layerWeights
 	scale             float64 // LoRA's alpha/r
+	// rng and drop: LoRA dropout's RNG state, advanced by every mask drawn, and its rate (see
+	// Model.Dropout); rng is nil when the graph applies no dropout.
+	rng  *graph.Node
+	drop float64
 }
 
 type layerWeights struct {
@@ -68,6 +72,9 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 	}
 	if m.lora != nil {
 		w.scale = m.lora.Scale()
+		if m.rng != nil && !m.base && m.lora.Dropout > 0 {
+			w.rng, w.drop = m.rng, m.lora.Dropout
+		}
 	}
 	for l := range c.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", l)
@@ -233,12 +240,24 @@ func (w *weights) project(x *graph.Node, p *projWeights) *graph.Node {
 		y = graph.Add(y, graph.InsertAxes(p.bias, 0))
 	}
 	if p.loraA != nil {
-		u := graph.DotGeneral(x2, []int{1}, nil, p.loraA, []int{0}, nil) // [N, r]
+		xa := x2
+		if w.rng != nil {
+			w.rng, xa = dropout(w.rng, x2, w.drop)
+		}
+		u := graph.DotGeneral(xa, []int{1}, nil, p.loraA, []int{0}, nil) // [N, r]
 		d := graph.DotGeneral(u, []int{1}, nil, p.loraB, []int{0}, nil)  // [N, out]
 		y = graph.Add(y, graph.MulScalar(d, w.scale))
 	}
 	outDims := append(append([]int(nil), dims[:len(dims)-1]...), out)
 	return graph.Reshape(y, outDims...)
+}
+
+// dropout zeroes each entry of x with probability p and divides the others by 1−p, drawing
+// the mask from rng; it returns the advanced RNG state and the result.
+func dropout(rng, x *graph.Node, p float64) (*graph.Node, *graph.Node) {
+	rng, u := graph.RandomUniform(rng, x.Shape()) // [0, 1)
+	keep := graph.ConvertDType(graph.GreaterOrEqual(u, graph.Scalar(x.Graph(), x.DType(), p)), x.DType())
+	return rng, graph.Mul(x, graph.MulScalar(keep, 1/(1-p)))
 }
 
 // rmsNorm normalises the last axis of x to unit root mean square and multiplies it by w:

@@ -9,6 +9,7 @@ import (
 
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/llm"
+	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/ml/model"
 )
@@ -28,6 +29,9 @@ type Model struct {
 	*state
 	// base is set on the view Base returns: its graphs leave the adapters out.
 	base bool
+	// rng is set on the view Dropout returns: the RNG state its graph draws LoRA dropout masks
+	// from (graph.RNGStateShape).
+	rng *graph.Node
 }
 
 // state is what a model and its Base view share.
@@ -158,6 +162,22 @@ func (m *Model) Scope() string { return m.scope }
 // reference policy (as llm.Model.WithAdapters(nil) is for agrl/llm). Adapters added later to
 // either model are shared, and Base's graphs still leave them out.
 func (m *Model) Base() *Model { return &Model{state: m.state, base: true} }
+
+// Dropout returns a view of m for training graphs that applies the adapters' lora_dropout
+// (LoRAConfig.Dropout, p) as PEFT does in training mode: in every adapted projection the
+// adapter term becomes scale·((drop(x)·A)·B), where drop zeroes each entry of the projection's
+// input with probability p and divides the kept ones by 1−p; the base product x·W reads x
+// whole. Each projection of each layer draws its own mask, in graph-building order, from rng,
+// a node of shape graph.RNGStateShape (a parameter fed from graph.RNGStateFromSeed, for
+// instance, so that a training step's masks follow from its seed alone). Without adapters or
+// with p = 0 the view computes exactly what m computes. Like Base it shares m's variables; use
+// it in the graph that rng belongs to.
+func (m *Model) Dropout(rng *graph.Node) *Model {
+	if rng == nil || !rng.Shape().Equal(graph.RNGStateShape) {
+		panic(fmt.Errorf("hfgraph: Dropout wants an RNG state of shape %s", graph.RNGStateShape))
+	}
+	return &Model{state: m.state, base: m.base, rng: rng}
+}
 
 // IsBase reports whether m is a view without adapters (see Base).
 func (m *Model) IsBase() bool { return m.base }
