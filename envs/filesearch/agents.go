@@ -243,3 +243,31 @@ func Guesser() agrl.Agent {
 		return agrl.AnswerText(""), nil
 	})
 }
+
+// Skimmer returns an agent that is imperfect the way an untrained model is: it finds the
+// service's directory and lists it as the expert does, opens the one file the expert would
+// open first (a file named after the key, else the first listed), and answers from it
+// whatever it holds: the asked fact when the file has it, else the first value in the file (a
+// confident wrong answer). Whether skimming works is a property of the task: always on trees
+// whose files are named after their key (every easy tree, half the medium ones), and on the
+// others only when the first listed file happens to hold the fact (about one in three on
+// medium trees, one in four on hard ones).
+func Skimmer() agrl.Agent {
+	expert := Expert()
+	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		_, key, ok := question(ep.Prompt)
+		if !ok {
+			return "", fmt.Errorf("filesearch skimmer: cannot read the prompt %q", clip(ep.Prompt))
+		}
+		if len(ep.Turns) < 3 {
+			return expert.Act(ep) // find, ls, the first cat
+		}
+		obs := ep.Turns[len(ep.Turns)-1].Observation
+		if v, ok := factIn(obs, key); ok {
+			return agrl.AnswerText(v), nil
+		}
+		first, _, _ := strings.Cut(obs, "\n")
+		_, v, _ := strings.Cut(first, "=")
+		return agrl.AnswerText(v), nil
+	})
+}

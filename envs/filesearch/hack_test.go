@@ -156,3 +156,39 @@ func TestGuesser(t *testing.T) {
 		}
 	}
 }
+
+// TestSkimmer: the skimmer answers from the first file it opens, so it is right exactly where
+// that file holds the fact — every tree whose files are named after their key, and otherwise
+// about one in three or four — and wrong (never giving up, never a failing call) elsewhere:
+// find, ls, one cat, an answer.
+func TestSkimmer(t *testing.T) {
+	env := New()
+	want := map[agrl.Difficulty][2]float64{agrl.Easy: {1, 1}, agrl.Medium: {0.55, 0.8}, agrl.Hard: {0.15, 0.4}, agrl.Extreme: {0.1, 0.35}}
+	for _, d := range agrl.Difficulties {
+		const n = 200
+		solved := 0
+		for i := range n {
+			task := genTask(t, uint64(7000*int(d)+i), d)
+			ep := play(t, env, task, Skimmer())
+			first := ep.Turns[2]
+			_, key, _ := question(task.Prompt)
+			_, holds := factIn(first.Observation, key)
+			switch {
+			case len(ep.Turns) != 4 || ep.ToolErrors() != 0 || ep.Termination != agrl.Answered:
+				t.Fatalf("a skim is find, ls, cat, answer:\n%s", ep.Transcript())
+			case ep.Correct != holds:
+				t.Fatalf("correct %v, but the file read holds the fact: %v\n%s", ep.Correct, holds, ep.Transcript())
+			case task.Meta["hint"] == "true" && !ep.Correct:
+				t.Fatalf("a tree named after its keys, skimmed wrongly:\n%s", ep.Transcript())
+			}
+			if ep.Correct {
+				solved++
+			}
+		}
+		rate := float64(solved) / n
+		t.Logf("%-7s skimmer success %.3f", d, rate)
+		if rate < want[d][0] || rate > want[d][1] {
+			t.Errorf("%s: skimmer success %.3f, want in [%.2f, %.2f]", d, rate, want[d][0], want[d][1])
+		}
+	}
+}
