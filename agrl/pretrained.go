@@ -153,10 +153,12 @@ func (p PretrainedLM) record() *PretrainedRecord {
 }
 
 // Pretrained makes the run train a pretrained model with LoRA instead of a Tiny policy (see
-// PretrainedLM); it replaces the policy a recipe set (and Policy replaces it). A warm start,
-// From and task screening do not apply to it (each is a validation error: turn them off with
-// WarmStartSteps(0) and Screen(0)): the pretrained model is the start, and it is evaluated as
-// the "before" of the before/after table.
+// PretrainedLM); it replaces the policy a recipe set (and Policy replaces it). From and task
+// screening do not apply to it (each is a validation error: turn screening off with Screen(0)).
+// A warm start trains the adapters on the demonstrations written in the model's own chat
+// format (the rollouts' token layout: agent.Policy.Demonstration), and GRPO's KL reference is
+// then the warm-started policy; without one (WarmStartSteps(0)) the pretrained model is the
+// start and the reference. The start is evaluated as the "before" of the before/after table.
 func (g GRPO) Pretrained(p PretrainedLM) GRPO {
 	g.s.Pretrained, g.s.LM, g.s.lmSet = &p, LM{}, false
 	return g
@@ -174,10 +176,6 @@ func (g GRPO) pretrainedProblems() []error {
 	}
 	if g.s.From != "" {
 		errs = append(errs, errors.New("From does not apply to a pretrained policy (its model directory is the start)"))
-	}
-	if g.s.SFT != nil {
-		errs = append(errs, errors.New("a warm start (WarmStart) is not supported with a pretrained policy: "+
-			"its demonstrations would have to be written in the model's chat format; the pretrained model is the start"))
 	}
 	if g.s.Screen > 0 {
 		errs = append(errs, errors.New("task screening (Screen) is not supported with a pretrained policy: "+

@@ -167,6 +167,7 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 			}
 			return err
 		}
+		t.pre.warm = s.SFT != nil
 		t.resumed = resume
 	case resume:
 		if t.policy, err = loadPolicy(ckdir, backend, t.warn); err != nil {
@@ -492,7 +493,7 @@ func (t *GRPOTrainer) runSFT(ctx context.Context) (agrl.SFTReport, error) {
 			fn(agrl.SFTProgress{Stats: st, Steps: total, Elapsed: time.Since(began), Resumed: resumed})
 		})
 	}
-	rep, err := t.policy.sft(sftRun{ctx: ctx, cfg: cfg, episodes: demos, firstStep: firstStep, done: t.sftDone, after: after})
+	rep, err := sftOn(t.model, sftRun{ctx: ctx, cfg: cfg, episodes: demos, tools: t.cfg.Env.Tools(), firstStep: firstStep, done: t.sftDone, after: after})
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			return rep, err

@@ -42,9 +42,21 @@ type trainee interface {
 	reference(dir string) (Model, error)
 	// decode returns the text of token ids (the policy tokenizer's).
 	decode(ids []int32) string
+	// demoTokens encodes a played episode (a demonstration) for SFT: its token ids and a
+	// 0/1 mask of the action tokens, as this model's rollouts lay episodes out.
+	demoTokens(tools []agrl.Tool, ep *agrl.Episode) ([]int32, []uint8, error)
+	// contextLen is the most tokens a sequence may have.
+	contextLen() int
 }
 
 func (p *Policy) decode(ids []int32) string { return p.tok.Decode(ids) }
+
+func (p *Policy) demoTokens(_ []agrl.Tool, ep *agrl.Episode) ([]int32, []uint8, error) {
+	tok, mask := agrl.EncodeEpisode(p.tok, ep)
+	return tok, mask, nil
+}
+
+func (p *Policy) contextLen() int { return p.arch.Context }
 
 func (p *Policy) newLearner(name string, loss LossFunc, values []string, opt agrl.AdamW, temperature float64) (learner, error) {
 	return p.NewTrainer(name, loss, values, opt, temperature)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,11 +52,14 @@ type PretrainedPolicy struct {
 	store         *model.Store
 	graph         *hfgraph.Model // base + adapters, in the store
 	seed          uint64         // the seed the adapters were drawn from; LoRA dropout's masks follow from it
+	// warm is set for a run with a warm start: GRPO's KL reference is then the warm-started
+	// policy (the base with the warm start's adapters, frozen), not the base.
+	warm bool
 
 	mu        sync.Mutex
-	host      *llm.Adapters // the adapters as the sampler reads them
-	stale     bool          // the store's adapters changed since host was copied
-	scoreExec map[bool]*model.Exec
+	host      *llm.Adapters          // the adapters as the sampler reads them
+	stale     bool                   // the store's adapters changed since host was copied
+	scoreExec map[string]*model.Exec // by view: "" (the adapters), "base", "reference"
 	loaded    CheckpointInfo
 	// optState holds the optimizer state read from a checkpoint, until a learner takes it.
 	optState map[string][]float32
@@ -100,7 +104,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	bc, _ := ParseBackend(s.Backend)
 	pp := &PretrainedPolicy{spec: s, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
-		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[bool]*model.Exec{}, seed: seed}
+		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed}
 	if pp.graph, err = hfgraph.FromLLM(pp.store, pretrainedScope, pp.base); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 	}
@@ -212,7 +216,7 @@ func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rol
 // Score computes per-token log-probabilities and entropies with the adapters (the contract of
 // Policy.Score: entry i is about token i+1).
 func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return p.score(seqs, temperature, false)
+	return p.score(seqs, temperature, "", p.graph)
 }
 
 // BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference.
@@ -225,14 +229,71 @@ func (b pretrainedBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rollou
 	return b.p.agent.Rollout(env, tasks, opt)
 }
 func (b pretrainedBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return b.p.score(seqs, temperature, true)
+	return b.p.score(seqs, temperature, "base", b.p.graph.Base())
 }
 func (b pretrainedBase) BackendConfig() string      { return b.p.backendConfig }
 func (b pretrainedBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
 
-func (p *PretrainedPolicy) reference(string) (Model, error) { return p.BaseModel(), nil }
+// reference is GRPO's KL reference: the base model, adapters off — or, after a warm start
+// (warm), the warm-started policy: the base with a frozen copy of the warm start's adapters,
+// saved in dir on first use (PEFT's format) and read back from there on resume.
+func (p *PretrainedPolicy) reference(dir string) (Model, error) {
+	if !p.warm {
+		return p.BaseModel(), nil
+	}
+	var a *llm.Adapters
+	var err error
+	if _, statErr := os.Stat(filepath.Join(dir, "adapter_config.json")); statErr == nil {
+		if a, err = llm.LoadAdapters(dir, p.base); err != nil {
+			return nil, fmt.Errorf("agrl: the KL reference (the warm start's adapters) in %s: %w", dir, err)
+		}
+	} else {
+		if a, err = p.Adapters(); err != nil {
+			return nil, err
+		}
+		if err := a.Save(dir); err != nil {
+			return nil, fmt.Errorf("agrl: saving the KL reference (the warm start's adapters): %w", err)
+		}
+	}
+	p.mu.Lock()
+	frozen, err := p.graph.Frozen("reference", a)
+	p.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("agrl: %w", err)
+	}
+	ag, err := p.agent.Adapters(a)
+	if err != nil {
+		return nil, err
+	}
+	return pretrainedRef{p: p, graph: frozen, agent: ag}, nil
+}
+
+// pretrainedRef is the KL reference after a warm start: the base with the warm start's
+// adapters, frozen.
+type pretrainedRef struct {
+	p     *PretrainedPolicy
+	graph *hfgraph.Model
+	agent *agent.Policy
+}
+
+func (r pretrainedRef) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	return r.agent.Rollout(env, tasks, opt)
+}
+func (r pretrainedRef) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	return r.p.score(seqs, temperature, "reference", r.graph)
+}
+func (r pretrainedRef) BackendConfig() string      { return r.p.backendConfig }
+func (r pretrainedRef) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
 
 func (p *PretrainedPolicy) decode(ids []int32) string { return p.agent.Tokenizer().Decode(ids) }
+
+// demoTokens encodes a demonstration in the model's own chat format, as its rollouts lay
+// episodes out (agent.Policy.Demonstration).
+func (p *PretrainedPolicy) demoTokens(tools []agrl.Tool, ep *agrl.Episode) ([]int32, []uint8, error) {
+	return p.agent.Demonstration(tools, ep)
+}
+
+func (p *PretrainedPolicy) contextLen() int { return p.cfg.MaxPositionEmbeddings }
 
 // checkSeqs validates sequences for scoring and training.
 func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
@@ -269,18 +330,14 @@ func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inpu
 	return newExecOn(p.backend, p.store, name, fn)
 }
 
-func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, base bool) ([]TokenScores, error) {
+func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view string, m *hfgraph.Model) ([]TokenScores, error) {
 	if err := p.checkSeqs(seqs); err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.scoreExec[base]
+	e := p.scoreExec[view]
 	if e == nil {
-		m := p.graph
-		if base {
-			m = m.Base()
-		}
 		var err error
 		e, err = p.newExec("score", func(_ *model.Scope, in []*graph.Node) []*graph.Node {
 			logp, ent, _ := m.TokenStats(in[0], in[1], in[2])
@@ -289,7 +346,7 @@ func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, base bool)
 		if err != nil {
 			return nil, err
 		}
-		p.scoreExec[base] = e
+		p.scoreExec[view] = e
 	}
 	invT := invTemperature(temperature)
 	out := make([]TokenScores, len(seqs))
@@ -360,13 +417,19 @@ func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []strin
 		dropout: p.graph.LoRA().Dropout > 0}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// A checkpoint that holds some of this learner's state must hold all of it; one taken
+	// before the learner existed (a warm start's, for the GRPO learner) holds none.
+	mine := false
+	for path := range p.optState {
+		mine = mine || strings.HasPrefix(path, t.statePath()+"/")
+	}
 	create := func(path string, shape shapes.Shape) error {
 		if p.store.GetVariable(path) != nil {
 			return nil
 		}
 		val := tensors.FromShape(shape)
 		saved, ok := p.optState[path]
-		if !ok && len(p.optState) > 0 {
+		if !ok && mine {
 			return fmt.Errorf("agrl: the checkpoint's optimizer state has no %s", path)
 		}
 		if ok {
@@ -419,9 +482,9 @@ func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph
 	if t.dropout {
 		m = m.Dropout(in[len(in)-1])
 	}
-	logp, ent, valid := m.TokenStats(in[0], in[1], graph.Const(g, t.invT))
+	logp, ent, top1, valid := m.TokenStatsTop1(in[0], in[1], graph.Const(g, t.invT))
 	shift := func(x *graph.Node) *graph.Node { return graph.Slice(x, graph.AxisRange(), graph.AxisRange(1, tl)) }
-	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: graph.ZerosLike(logp), Valid: valid,
+	li := LossInputs{LogProbs: logp, Entropy: ent, Top1: top1, Valid: valid,
 		Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
 	nv := len(t.values)
 	for i, name := range t.values {

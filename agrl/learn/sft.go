@@ -45,6 +45,9 @@ type sftRun struct {
 	ctx      context.Context // nil: never cancelled
 	cfg      agrl.SFTConfig
 	episodes []*agrl.Episode
+	// tools are the environment's, which a pretrained model's chat format describes in the
+	// prompt of every demonstration.
+	tools []agrl.Tool
 	// firstStep is a curriculum: episode i is drawn only from step firstStep[i] on (nil: every
 	// episode from the first step).
 	firstStep []int
@@ -58,10 +61,13 @@ type sftRun struct {
 	after func(step int) error
 }
 
-// sft is SFT with a curriculum, cancellation and resumption (see sftRun). Batches draw
-// uniformly among the episodes available at the step, so with every episode available from
-// step 1 the draws are exactly SFT's.
-func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) {
+func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) { return sftOn(p, run) }
+
+// sftOn is SFT of any trainee (the Tiny model, or a pretrained one in its own chat format) with
+// a curriculum, cancellation and resumption (see sftRun). Batches draw uniformly among the
+// episodes available at the step, so with every episode available from step 1 the draws are
+// exactly SFT's.
+func sftOn(p trainee, run sftRun) (agrl.SFTReport, error) {
 	var rep agrl.SFTReport
 	cfg, episodes, firstStep, env, dev := run.cfg, run.episodes, run.firstStep, run.env, run.dev
 	if err := cfg.Validate(); err != nil {
@@ -76,8 +82,11 @@ func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) {
 	var masks [][]float32
 	var starts []int
 	for i, ep := range episodes {
-		tok, mask := agrl.EncodeEpisode(p.tok, ep)
-		if len(tok) > p.arch.Context {
+		tok, mask, err := p.demoTokens(run.tools, ep)
+		if err != nil {
+			return rep, fmt.Errorf("agrl: SFT: demonstration %d (%s): %w", i, ep.Task.ID, err)
+		}
+		if len(tok) > p.contextLen() {
 			rep.Dropped++
 			continue
 		}
@@ -93,13 +102,13 @@ func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) {
 	}
 	rep.Episodes = len(seqs)
 	if len(seqs) == 0 {
-		return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes fits the context of %d tokens", len(episodes), p.arch.Context)
+		return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes fits the context of %d tokens", len(episodes), p.contextLen())
 	}
 	draws, err := newEpisodeDraws(starts, c.Seed)
 	if err != nil {
 		return rep, err
 	}
-	tr, err := p.NewTrainer("sft", SFTLoss, []string{"mask"}, c.Optimizer.ForSteps(c.Steps), 1)
+	tr, err := p.newLearner("sft", SFTLoss, []string{"mask"}, c.Optimizer.ForSteps(c.Steps), 1)
 	if err != nil {
 		return rep, err
 	}
@@ -107,7 +116,7 @@ func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) {
 		if env == nil || len(dev) == 0 {
 			return nil
 		}
-		ev, err := p.Evaluate(env, dev, c.Eval)
+		ev, err := evaluateModel(p, env, dev, c.Eval)
 		if err != nil {
 			return err
 		}
@@ -163,6 +172,11 @@ func (p *Policy) sft(run sftRun) (agrl.SFTReport, error) {
 // tool-error and invalid-action rates, success by difficulty, terminations. The episodes are not
 // scored by a rubric, so MeanReward is 0; EvaluatePolicy scores them.
 func (p *Policy) Evaluate(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) (agrl.EvalResult, error) {
+	return evaluateModel(p, env, tasks, opt)
+}
+
+// evaluateModel is Policy.Evaluate for any Model.
+func evaluateModel(p Model, env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) (agrl.EvalResult, error) {
 	const chunk = 64
 	var eps []*agrl.Episode
 	for lo := 0; lo < len(tasks); lo += chunk {

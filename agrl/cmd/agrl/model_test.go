@@ -158,8 +158,8 @@ func TestTrainPretrained(t *testing.T) {
 		}
 	}
 	// A Tiny flag with -model is a usage error.
-	if code, _, stderr := runCLI("train", "--model", fixture, "--sft-steps", "10", "--out", filepath.Join(t.TempDir(), "x")); code != 2 {
-		t.Errorf("-model with -sft-steps: exit %d: %s", code, stderr)
+	if code, _, stderr := runCLI("train", "--model", fixture, "--screen", "16", "--out", filepath.Join(t.TempDir(), "x")); code != 2 || !strings.Contains(stderr, "-screen does not apply") {
+		t.Errorf("-model with -screen: exit %d: %s", code, stderr)
 	}
 }
 

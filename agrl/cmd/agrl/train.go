@@ -181,7 +181,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.trajEvery, "trajectories-every", r.TrajectoriesEvery, "save trajectories and the step record (agrl inspect) at step 1 and every N GRPO steps (1: every step; 0: step 1 only)")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
 	pre := agrl.Pretrained("").Spec().LoRA
-	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model directory (Qwen3, Qwen2.5, Llama 3.x, SmolLM2) with LoRA instead of the Tiny model; the warm start and task screening are off")
+	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model directory (Qwen3, Qwen2.5, Llama 3.x, SmolLM2) with LoRA instead of the Tiny model; task screening is off, and the warm start too unless -sft-steps is given (it then trains the adapters on the demonstrations in the model's own chat format)")
 	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
 	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
 	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
@@ -280,7 +280,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		g = g.Screen(0)
 	}
 	if f.model != "" {
-		for _, name := range []string{"from", "sft-steps", "screen", "preset", "context"} {
+		for _, name := range []string{"from", "screen", "preset", "context"} {
 			if strings.Contains(f.given, "|"+name+"|") {
 				errs = append(errs, fmt.Errorf("-%s does not apply to a pretrained -model", name))
 			}
@@ -290,7 +290,10 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			p = p.Backend(f.backend)
 		}
 		g = g.Pretrained(p).Screen(0)
-		f.from, f.sftSteps = "", 0
+		f.from = ""
+		if !strings.Contains(f.given, "|sft-steps|") { // a warm start in the model's own format only when asked for
+			f.sftSteps = 0
+		}
 	}
 	switch {
 	case f.from != "":

@@ -133,6 +133,18 @@ func (m *Model) Logits(tokens, lengths *graph.Node) *graph.Node {
 // logp and entropy are 0 where valid is 0. invT is a scalar (nil means 1); sampling must use
 // the same temperature. T must be at least 2.
 func (m *Model) TokenStats(tokens, lengths, invT *graph.Node) (logp, entropy, valid *graph.Node) {
+	logp, entropy, _, valid = m.tokenStats(tokens, lengths, invT, false)
+	return logp, entropy, valid
+}
+
+// TokenStatsTop1 is TokenStats plus top1 [B, T-1]: 1 where the target token is the most likely
+// one (its log-prob is the maximum; ties count) and the target is real, else 0 — SFT's token
+// accuracy.
+func (m *Model) TokenStatsTop1(tokens, lengths, invT *graph.Node) (logp, entropy, top1, valid *graph.Node) {
+	return m.tokenStats(tokens, lengths, invT, true)
+}
+
+func (m *Model) tokenStats(tokens, lengths, invT *graph.Node, withTop1 bool) (logp, entropy, top1, valid *graph.Node) {
 	g := tokens.Graph()
 	b, t := m.checkTokens(tokens, lengths)
 	if t < 2 {
@@ -157,9 +169,13 @@ func (m *Model) TokenStats(tokens, lengths, invT *graph.Node) (logp, entropy, va
 	jIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1)
 	idx := graph.Stack([]*graph.Node{bIdx, jIdx, targets}, -1) // [B, T-1, 3]
 	valid = graph.ConvertDType(isReal, dtypes.Float32)
-	logp = graph.Mul(graph.Gather(lp, idx), valid)
+	target := graph.Gather(lp, idx)
+	logp = graph.Mul(target, valid)
 	entropy = graph.Mul(graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1)), valid)
-	return logp, entropy, valid
+	if withTop1 {
+		top1 = graph.Mul(graph.ConvertDType(graph.GreaterOrEqual(target, graph.ReduceMax(lp, -1)), dtypes.Float32), valid)
+	}
+	return logp, entropy, top1, valid
 }
 
 // checkTokens checks the shapes of tokens [B, T] and lengths [B] (both int32) and returns B, T.

@@ -255,7 +255,55 @@ func parsePEFTName(name string) (layer int, module, ab string, ok bool) {
 
 // loraPath is the variable holding matrix ab ("A" or "B") of projection mod in layer l.
 func (m *Model) loraPath(l int, mod, ab string) string {
-	return fmt.Sprintf("%s/lora/model.layers.%d.%s.%s.lora_%s", m.scope, l, moduleGroup(mod), mod, ab)
+	dir := "lora"
+	if m.frozen != "" {
+		dir = m.frozen
+	}
+	return fmt.Sprintf("%s/%s/model.layers.%d.%s.%s.lora_%s", m.scope, dir, l, moduleGroup(mod), mod, ab)
+}
+
+// Frozen returns a view of m whose graphs use a frozen copy of adapters a in place of m's own:
+// non-trainable variables under Scope()+"/"+name, created on the first call and overwritten on
+// later ones. a must have m's rank, alpha and target modules. It is GRPO's reference after a
+// warm start (the base with the warm start's adapters), which costs one copy of the adapters,
+// not of the model. The view shares every other variable with m; its AdapterVariables are the
+// frozen copies.
+func (m *Model) Frozen(name string, a *llm.Adapters) (*Model, error) {
+	switch {
+	case m.lora == nil:
+		return nil, errors.New("hfgraph: Frozen: the model has no adapters")
+	case a == nil:
+		return nil, errors.New("hfgraph: Frozen: nil adapters")
+	case name == "" || name == "lora" || name == "base" || strings.ContainsAny(name, "/ "):
+		return nil, fmt.Errorf("hfgraph: Frozen: %q is not a usable scope name (not lora or base, no / or space)", name)
+	}
+	cfg := normalised(a.Config())
+	if !sameLoRA(*m.lora, cfg) {
+		return nil, fmt.Errorf("hfgraph: Frozen: the model's adapters are r %d, alpha %v, %v; these are r %d, alpha %v, %v",
+			m.lora.Rank, m.lora.Alpha, m.lora.TargetModules, cfg.Rank, cfg.Alpha, cfg.TargetModules)
+	}
+	view := &Model{state: m.state, frozen: name}
+	params, err := view.matchParams(a, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("hfgraph: Frozen: %w", err)
+	}
+	for _, p := range params {
+		data := transpose(p.Data, p.Shape[0], p.Shape[1])
+		dims := []int{p.Shape[1], p.Shape[0]}
+		if v := m.store.GetVariable(p.path); v != nil {
+			if v.Trainable {
+				return nil, fmt.Errorf("hfgraph: Frozen: %s exists and is trainable", p.path)
+			}
+			if err := v.SetValue(tensors.FromFlatDataAndDimensions(data, dims...)); err != nil {
+				return nil, fmt.Errorf("hfgraph: Frozen: %s: %w", p.path, err)
+			}
+			continue
+		}
+		if err := m.create(p.path, data, dims, false); err != nil {
+			return nil, err
+		}
+	}
+	return view, nil
 }
 
 // moduleGroup is the checkpoint group of a projection: "self_attn" or "mlp".

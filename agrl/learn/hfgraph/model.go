@@ -32,6 +32,9 @@ type Model struct {
 	// rng is set on the view Dropout returns: the RNG state its graph draws LoRA dropout masks
 	// from (graph.RNGStateShape).
 	rng *graph.Node
+	// frozen is set on the views Frozen returns: the scope (under the model's) of the frozen
+	// adapter copies their graphs use.
+	frozen string
 }
 
 // state is what a model and its Base view share.
@@ -161,7 +164,7 @@ func (m *Model) Scope() string { return m.scope }
 // the adapter term, so that it computes what the checkpoint alone computes. It is GRPO's
 // reference policy (as llm.Model.WithAdapters(nil) is for agrl/llm). Adapters added later to
 // either model are shared, and Base's graphs still leave them out.
-func (m *Model) Base() *Model { return &Model{state: m.state, base: true} }
+func (m *Model) Base() *Model { return &Model{state: m.state, base: true, frozen: m.frozen} }
 
 // Dropout returns a view of m for training graphs that applies the adapters' lora_dropout
 // (LoRAConfig.Dropout, p) as PEFT does in training mode: in every adapted projection the
@@ -176,7 +179,7 @@ func (m *Model) Dropout(rng *graph.Node) *Model {
 	if rng == nil || !rng.Shape().Equal(graph.RNGStateShape) {
 		panic(fmt.Errorf("hfgraph: Dropout wants an RNG state of shape %s", graph.RNGStateShape))
 	}
-	return &Model{state: m.state, base: m.base, rng: rng}
+	return &Model{state: m.state, base: m.base, rng: rng, frozen: m.frozen}
 }
 
 // IsBase reports whether m is a view without adapters (see Base).

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 
@@ -162,4 +163,41 @@ func topK(v []float64, k int) []int {
 		best[pos] = j
 	}
 	return best
+}
+
+// Demonstration encodes a played episode (an expert's, say) as the token ids a rollout of this
+// policy would hold had it sampled the episode's actions: the prompt's ids (Prompt), then for
+// each turn the action as the model writes it natively (the format's FormatAction, ending
+// with its end-of-turn token), mask 1, and for each turn but the last the observation appended
+// as the sampler appends it (AppendObservation), mask 0. Only action tokens are trained on in
+// SFT. An invalid action, or one with no native form, is an error naming the turn.
+func (p *Policy) Demonstration(tools []agrl.Tool, ep *agrl.Episode) (ids []int32, mask []uint8, err error) {
+	if ep == nil {
+		return nil, nil, errors.New("agent: Demonstration: nil episode")
+	}
+	if ids, err = p.Prompt(tools, ep.Prompt); err != nil {
+		return nil, nil, err
+	}
+	mask = make([]uint8, len(ids))
+	for i, t := range ep.Turns {
+		if t.Action.Kind == agrl.Invalid {
+			return nil, nil, fmt.Errorf("agent: Demonstration: turn %d is an invalid action (%s)", i+1, t.Action.Invalid)
+		}
+		text, err := p.format.FormatAction(t.Action, tools)
+		if err != nil {
+			return nil, nil, fmt.Errorf("agent: Demonstration: turn %d: %w", i+1, err)
+		}
+		n := len(ids)
+		ids = p.tok.AppendEncode(ids, text)
+		for range len(ids) - n {
+			mask = append(mask, 1)
+		}
+		if i == len(ep.Turns)-1 {
+			break
+		}
+		n = len(ids)
+		ids = p.tok.AppendEncode(ids, p.format.AppendObservation(t.Observation))
+		mask = append(mask, make([]uint8, len(ids)-n)...)
+	}
+	return ids, mask, nil
 }

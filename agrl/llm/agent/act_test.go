@@ -91,3 +91,50 @@ func TestTopK(t *testing.T) {
 		}
 	}
 }
+
+// TestDemonstration: an expert's episode encoded by Demonstration is, id for id and mask for
+// mask, the episode a rollout holds when the model samples the expert's native turns — so SFT
+// on demonstrations trains the sequences the sampler produces — in every format.
+func TestDemonstration(t *testing.T) {
+	env := calc.New()
+	for _, fc := range formats {
+		t.Run(fc.format.Name(), func(t *testing.T) {
+			p := loadPolicy(t, fc.family, fc.format).System("Use calc, then answer with the number.")
+			task := mustTask(t, "6*7-5")
+			demo, err := agrl.Play(env, task, calc.Expert(), agrl.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids, mask, err := p.Demonstration(env.Tools(), demo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var script []int32
+			for _, turn := range demo.Turns {
+				text, err := p.format.FormatAction(turn.Action, env.Tools())
+				if err != nil {
+					t.Fatal(err)
+				}
+				script = append(script, p.tok.Encode(text)...)
+			}
+			eps, _, err := withScript(p, script).Rollout(env, []agrl.Task{task}, agrl.RolloutOptions{Sampling: agrl.Sampling{MaxActionTokens: 64}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep := eps[0]
+			if !ep.Correct || len(ep.Turns) != len(demo.Turns) {
+				t.Fatalf("the scripted rollout: correct %v, %d turns; the expert's %d", ep.Correct, len(ep.Turns), len(demo.Turns))
+			}
+			if !slices.Equal(ep.Tokens, ids) || !slices.Equal(ep.LossMask, mask) {
+				t.Fatalf("Demonstration: %d ids, the rollout %d (ids equal %v, masks equal %v)",
+					len(ids), len(ep.Tokens), slices.Equal(ep.Tokens, ids), slices.Equal(ep.LossMask, mask))
+			}
+			bad := *demo
+			bad.Turns = append([]agrl.Turn(nil), demo.Turns...)
+			bad.Turns[0].Action = agrl.ParseAction("<tool>calc(")
+			if _, _, err := p.Demonstration(env.Tools(), &bad); err == nil {
+				t.Error("an invalid action encoded as a demonstration")
+			}
+		})
+	}
+}
