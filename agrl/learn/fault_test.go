@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,6 +26,26 @@ func quickGRPO(t *testing.T) agrl.GRPO {
 func quickWarm(g agrl.GRPO) agrl.GRPO {
 	return g.WarmStart(agrl.SFT().Steps(24).Batch(8), agrl.Demo{Name: "expert", Agent: addExpert, Weight: 1}, agrl.Demo{Name: "guess", Agent: addGuesser, Weight: 1}).
 		DemoEpisodes(48)
+}
+
+// sameHistories reports every metric (times and throughput aside) on which two runs' step
+// histories differ; NaN equals NaN. what names the two runs ("straight", "resumed").
+func sameHistories(t *testing.T, a, b []agrl.Metrics, what [2]string) {
+	t.Helper()
+	if len(a) != len(b) {
+		t.Errorf("%d steps %s, %d %s", len(a), what[0], len(b), what[1])
+		return
+	}
+	for i := range a {
+		for k, v := range a[i] {
+			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
+				continue
+			}
+			if w := b[i][k]; v != w && !(math.IsNaN(v) && math.IsNaN(w)) {
+				t.Errorf("step %d %s: %v %s, %v %s", i+1, k, v, what[0], w, what[1])
+			}
+		}
+	}
 }
 
 func train(t *testing.T, g agrl.GRPO) *TrainResult {

@@ -341,16 +341,7 @@ func TestGRPODeterministic(t *testing.T) {
 		return res.History
 	}
 	a, b := run(), run()
-	for i := range a {
-		for k, v := range a[i] {
-			if strings.HasPrefix(k, "time/") || k == "tokens_per_second" {
-				continue
-			}
-			if b[i][k] != v && !(math.IsNaN(v) && math.IsNaN(b[i][k])) {
-				t.Errorf("step %d %s: %v vs %v", i+1, k, v, b[i][k])
-			}
-		}
-	}
+	sameHistories(t, a, b, [2]string{"first run", "second run"})
 }
 
 // TestGRPOResumeContinuesTheSameRun: a run stopped after 2 steps and resumed to 4 logs the same

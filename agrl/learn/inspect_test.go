@@ -153,16 +153,7 @@ func TestInspectStepLaterPasses(t *testing.T) {
 func TestStepRecordsChangeNothing(t *testing.T) {
 	a := train(t, tinyGRPO(t).Steps(4).TrajectoriesEvery(1))
 	b := train(t, tinyGRPO(t).Steps(4).TrajectoriesEvery(0))
-	for i := range a.History {
-		for k, v := range a.History[i] {
-			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
-				continue
-			}
-			if w := b.History[i][k]; v != w && !(math.IsNaN(v) && math.IsNaN(w)) {
-				t.Errorf("step %d %s: %v recording, %v not", i+1, k, v, w)
-			}
-		}
-	}
+	sameHistories(t, a.History, b.History, [2]string{"recording", "not"})
 }
 
 // TestReplayStep: any step of a finished run re-runs from the newest kept checkpoint before it

@@ -250,17 +250,7 @@ func TestPretrainedGRPO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range res.History {
-		a, b := res.History[i], res2.History[i]
-		for k, v := range a {
-			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
-				continue
-			}
-			if b[k] != v {
-				t.Errorf("step %d %s: %v straight, %v resumed", i+1, k, v, b[k])
-			}
-		}
-	}
+	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
 	a2, err := tr2.Pretrained().Adapters()
 	if err != nil {
 		t.Fatal(err)
@@ -341,24 +331,15 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 
 // TestPretrainedLoRADropout: with lora_dropout the learner's steps draw masks on the adapter
 // term only (at step 1, whose B matrices are zero, the loss and KL equal those without dropout
-// but the gradient, which flows through drop(x)·A into B, differs; step 2's loss differs), the masks follow from the seed and the step (a run stopped after step 1 and
-// resumed ends bit-identical), and the step records say that they cannot re-derive the loss.
+// but the gradient, which flows through drop(x)·A into B, differs; step 2's loss differs), the
+// masks follow from the seed and the step (a run stopped after step 1 and resumed ends
+// bit-identical), and the step records say that they cannot re-derive the loss.
 func TestPretrainedLoRADropout(t *testing.T) {
 	dir := t.TempDir()
 	withDropout := func(out string, d float64) agrl.GRPO {
 		return pretrainedGRPO(t, out).Pretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).MicroBatch(4).Dropout(d)).Steps(2)
 	}
-	run := func(g agrl.GRPO) []agrl.Metrics {
-		tr, err := Build(g)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := tr.Train(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.History
-	}
+	run := func(g agrl.GRPO) []agrl.Metrics { return train(t, g).History }
 	plain := run(withDropout(filepath.Join(dir, "plain"), 0))
 	straight := run(withDropout(filepath.Join(dir, "straight"), 0.3))
 	for _, k := range []string{agrl.MetricLoss, agrl.MetricKL} {
@@ -391,16 +372,7 @@ func TestPretrainedLoRADropout(t *testing.T) {
 	g := withDropout(filepath.Join(dir, "resumed"), 0.3)
 	trainUntil(t, g, 1)
 	resumed := run(g)
-	for i := range straight {
-		for k, v := range straight[i] {
-			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
-				continue
-			}
-			if resumed[i][k] != v {
-				t.Errorf("step %d %s: %v straight, %v resumed", i+1, k, v, resumed[i][k])
-			}
-		}
-	}
+	sameHistories(t, straight, resumed, [2]string{"straight", "resumed"})
 }
 
 // TestPretrainedWarmStart: a warm start in the model's own chat format — the expert's calc
@@ -450,14 +422,5 @@ func TestPretrainedWarmStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range res.History {
-		for k, v := range res.History[i] {
-			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
-				continue
-			}
-			if res2.History[i][k] != v {
-				t.Errorf("step %d %s: %v straight, %v resumed", i+1, k, v, res2.History[i][k])
-			}
-		}
-	}
+	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
 }
