@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -212,5 +214,49 @@ func TestPretrainedPlayAgentExplains(t *testing.T) {
 	ep.Turns[0].Text = "<answer>1</answer>" // typed over: not the agent's
 	if _, err := a.Explain(ep, 0, 1, 3); err == nil {
 		t.Error("explained a turn the agent did not write")
+	}
+}
+
+// TestTrainPretrainedFromHub: -model takes a hub id; the model is downloaded once (progress on
+// stderr) into $AGRL_HUB_CACHE from $HF_ENDPOINT (here a local server serving the fixture at
+// the hub's file route) and trained; a second run finds it there with the hub gone.
+func TestTrainPretrainedFromHub(t *testing.T) {
+	var requests int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		name, ok := strings.CutPrefix(r.URL.Path, "/agrl/tiny-qwen3/resolve/main/")
+		if !ok || strings.Contains(name, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeFile(w, r, filepath.Join(fixture, name))
+	}))
+	cache := t.TempDir()
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("AGRL_HUB_CACHE", cache)
+	args := func(out string) []string {
+		return []string{"train", "--env", "calc", "--model", "agrl/tiny-qwen3", "--lora-rank", "4", "--lora-alpha", "8",
+			"--micro-batch", "4", "--steps", "1", "--group", "2", "--tasks", "1", "--eval-tasks", "1", "--eval-every", "0",
+			"--max-action-tokens", "4", "--out", out, "--quiet"}
+	}
+	code, _, stderr := runCLI(args(filepath.Join(t.TempDir(), "a"))...)
+	if code != 0 {
+		t.Fatalf("train --model <hub id>: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "downloading agrl/tiny-qwen3: model.safetensors") {
+		t.Errorf("no download progress on stderr:\n%s", stderr)
+	}
+	want, _ := os.ReadFile(filepath.Join(fixture, "model.safetensors"))
+	got, err := os.ReadFile(filepath.Join(cache, "agrl--tiny-qwen3", "main", "model.safetensors"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("the cached weights differ from the hub's (%v)", err)
+	}
+	srv.Close()
+	n := requests
+	if code, _, stderr := runCLI(args(filepath.Join(t.TempDir(), "b"))...); code != 0 || requests != n {
+		t.Fatalf("a second run with the hub gone: exit %d, %d more requests: %s", code, requests-n, stderr)
+	}
+	if code, _, stderr := runCLI(append(args(filepath.Join(t.TempDir(), "c")), "--model", "agrl/absent")...); code == 0 || !strings.Contains(stderr, "agrl/absent") {
+		t.Errorf("an id the hub cannot serve: exit %d: %s", code, stderr)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/learn"
 	"agrl.dev/agrl/nb"
 	"agrl.dev/envs"
@@ -181,7 +182,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.trajEvery, "trajectories-every", r.TrajectoriesEvery, "save trajectories and the step record (agrl inspect) at step 1 and every N GRPO steps (1: every step; 0: step 1 only)")
 	fs.IntVar(&f.checkpointEvery, "checkpoint-every", r.CheckpointEvery, "checkpoint every N GRPO steps (0: only after the warm start and at the end)")
 	pre := agrl.Pretrained("").Spec().LoRA
-	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model directory (Qwen3, Qwen2.5, Llama 3.x, SmolLM2) with LoRA instead of the Tiny model; task screening is off, and the warm start too unless -sft-steps is given (it then trains the adapters on the demonstrations in the model's own chat format)")
+	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model (a directory, or a hub id such as Qwen/Qwen3-0.6B, downloaded once into $AGRL_HUB_CACHE; HF_ENDPOINT and HF_TOKEN apply) — Qwen3, Qwen2.5, Llama 3.x, SmolLM2 — with LoRA instead of the Tiny model; task screening is off, and the warm start too unless -sft-steps is given (it then trains the adapters on the demonstrations in the model's own chat format)")
 	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
 	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
 	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
@@ -285,7 +286,11 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 				errs = append(errs, fmt.Errorf("-%s does not apply to a pretrained -model", name))
 			}
 		}
-		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro)
+		dir, err := modelDir(f.model, stderr)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro)
 		if f.backend != "" {
 			p = p.Backend(f.backend)
 		}
@@ -632,4 +637,32 @@ func parseMix(s string) (agrl.Mix, error) {
 	}
 	m := agrl.NewMix(1).Easy(w[0]).Medium(w[1]).Hard(w[2])
 	return m, m.Validate()
+}
+
+// modelDir is -model's directory: the argument itself when it is a directory (or not a hub
+// id), else the hub model of that id, downloaded into the cache (hf.Download) with its progress
+// on stderr — once: later calls find it there without the network.
+func modelDir(arg string, stderr io.Writer) (string, error) {
+	if _, err := os.Stat(arg); err == nil || !hf.IsHubID(arg) {
+		return arg, nil
+	}
+	last := ""
+	dir, err := hf.Download(context.Background(), arg, hf.HubOptions{Progress: func(file string, done, total int64) {
+		line := fmt.Sprintf("downloading %s: %s %.1f MB", arg, file, float64(done)/1e6)
+		if total > 0 {
+			line += fmt.Sprintf(" of %.1f", float64(total)/1e6)
+		}
+		fmt.Fprintf(stderr, "\r\033[K%s", line)
+		if done == total {
+			fmt.Fprintln(stderr)
+		}
+		last = line
+	}})
+	if last != "" && err != nil {
+		fmt.Fprintln(stderr)
+	}
+	if err != nil {
+		return arg, fmt.Errorf("-model %s: no such directory, and as a hub id: %w", arg, err)
+	}
+	return dir, nil
 }
