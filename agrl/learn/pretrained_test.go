@@ -4,6 +4,7 @@ import (
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/llm"
+	"agrl.dev/agrl/llm/agent"
 	"agrl.dev/envs/calc"
 
 	"context"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -423,4 +425,64 @@ func TestPretrainedWarmStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
+}
+
+// TestPretrainedSharesProjections: where the host kernels run on the go backend, the sampler's
+// transposed copy of each projection is the GoMLX store's own memory (one copy, not two), and
+// sampling still agrees with a fresh model that makes its own copies.
+func TestPretrainedSharesProjections(t *testing.T) {
+	if !hostKernels {
+		t.Skip("the host kernels do not run in this build (GOEXPERIMENT=simd on AVX-512 or AVX2)")
+	}
+	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := p.base.WeightsView()
+	shared := 0
+	for _, v := range p.Graph().BaseVariables() {
+		name := strings.TrimPrefix(v.Path(), pretrainedScope+"/base/")
+		if !strings.HasSuffix(name, "_proj.weight") {
+			continue
+		}
+		val, _ := v.Value()
+		var store *float32
+		val.MustConstFlatData(func(flat any) { store = &flat.([]float32)[0] })
+		dims := v.Shape().Dimensions
+		if wt := transposedOf(host[name], dims[1], dims[0]); &wt[0] != store {
+			t.Errorf("%s: the sampler's transposed copy is not the store's memory", name)
+		}
+		shared++
+	}
+	if shared == 0 {
+		t.Fatal("no projection found")
+	}
+	// The same greedy episodes as a model loaded without sharing (its own transposed copies).
+	m, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := agent.New(m, p.agent.Tokenizer(), p.agent.Format())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := calc.New()
+	tasks, err := agrl.NewMix(3).Tasks(env, agrl.Dev, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{MaxActionTokens: 8}, Limits: agrl.Limits{MaxTurns: 2}}
+	a, _, err := p.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := ref.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range a {
+		if !slices.Equal(a[i].Tokens, b[i].Tokens) || !slices.Equal(a[i].LogProbs, b[i].LogProbs) {
+			t.Fatalf("task %d: the sharing policy samples other tokens or log-probs than a fresh model", i)
+		}
+	}
 }

@@ -198,6 +198,16 @@ func (m *Model) Weights() map[string][]float32 {
 	return w
 }
 
+// WeightsView is Weights without the copies: the model's own slices, which the caller must not
+// modify (the model and every view sharing its weights read them). It is for loaders that copy
+// the weights elsewhere (into a GoMLX store, say) without holding a third copy meanwhile.
+func (m *Model) WeightsView() map[string][]float32 {
+	if m.root != nil {
+		return m.root.weights()
+	}
+	return m.weights()
+}
+
 // weights maps the name of each of m's tensors, as transformers saves it, to its values.
 func (m *Model) weights() map[string][]float32 {
 	w := map[string][]float32{"model.embed_tokens.weight": m.embed, "model.norm.weight": m.norm}

@@ -9,6 +9,8 @@ import (
 
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/llm"
+	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
 	"github.com/gomlx/gomlx/ml/model"
@@ -99,9 +101,11 @@ func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, 
 			}
 		}
 		dims := spec.Shape
-		if isProjection(spec.Name) { // [out, in] -> [in, out]
-			w = transpose(w, dims[0], dims[1])
-			dims = []int{dims[1], dims[0]}
+		if isProjection(spec.Name) { // [out, in] -> [in, out], written into the tensor's storage
+			if err := m.createTransposed(m.basePath(spec.Name), w, dims[0], dims[1]); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if err := m.create(m.basePath(spec.Name), w, dims, false); err != nil {
 			return nil, err
@@ -122,12 +126,12 @@ func MustLoad(store *model.Store, scope, dir string) *Model {
 // FromLLM puts the weights of an agrl/llm model into new variables of store under scope, as
 // Load does for a checkpoint directory. If m is a view with adapters (llm.Model.WithAdapters),
 // they are copied too, as SetAdapters copies them, and the Model runs with them.
-// The base weights come from llm.Model.Weights, bit for bit.
+// The base weights are llm.Model's, bit for bit (read in place, copied once into the store).
 func FromLLM(store *model.Store, scope string, m *llm.Model) (*Model, error) {
 	if m == nil {
 		return nil, errors.New("hfgraph: FromLLM: nil model")
 	}
-	weights := m.Weights()
+	weights := m.WeightsView() // read only: fromTensors copies (and transposes) into the store
 	g, err := fromTensors(store, scope, m.Config(), "FromLLM", func(name string) ([]float32, error) {
 		w, ok := weights[name]
 		if !ok {
@@ -226,18 +230,48 @@ func (m *Model) create(path string, data []float32, dims []int, trainable bool) 
 	return nil
 }
 
+// createTransposed makes a frozen variable [cols, rows] holding the transpose of the
+// row-major [rows, cols] matrix w, transposing straight into the tensor's storage (no
+// intermediate copy of a weight that may be hundreds of megabytes).
+func (m *Model) createTransposed(path string, w []float32, rows, cols int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("hfgraph: creating %s: %v", path, r)
+		}
+	}()
+	if m.store.GetVariable(path) != nil {
+		return fmt.Errorf("hfgraph: variable %s exists already", path)
+	}
+	if len(w) != rows*cols {
+		return fmt.Errorf("hfgraph: creating %s: %d values for [%d %d]", path, len(w), rows, cols)
+	}
+	t := tensors.FromShape(shapes.Make(dtypes.Float32, cols, rows))
+	t.MustMutableFlatData(func(flat any) { transposeInto(flat.([]float32), w, rows, cols) })
+	v, err := m.store.CreateVariable(path, t)
+	if err != nil {
+		return fmt.Errorf("hfgraph: creating %s: %w", path, err)
+	}
+	v.SetTrainable(false)
+	return nil
+}
+
 // isProjection reports whether the named checkpoint tensor is a projection weight, [out, in].
 func isProjection(name string) bool { return strings.HasSuffix(name, "_proj.weight") }
 
 // transpose returns the [cols, rows] transpose of the row-major [rows, cols] matrix w.
 func transpose(w []float32, rows, cols int) []float32 {
 	t := make([]float32, len(w))
+	transposeInto(t, w, rows, cols)
+	return t
+}
+
+// transposeInto writes the [cols, rows] transpose of the row-major [rows, cols] matrix w into t.
+func transposeInto(t, w []float32, rows, cols int) {
 	for r := range rows {
 		for c := range cols {
 			t[c*rows+r] = w[r*cols+c]
 		}
 	}
-	return t
 }
 
 // cleanScope turns a scope into an absolute path without a trailing slash.
