@@ -93,8 +93,11 @@ type SFTReport struct {
 	// episodes are not scored by a rubric: MeanReward is 0.
 	Evals []EvalRecord `json:"evals,omitempty"`
 	// Episodes is the number of expert episodes trained on; Dropped those that did not fit
-	// the context.
-	Episodes, Dropped int
+	// the context; Unwritable those the policy's format cannot write (a pretrained model's
+	// chat format has no form for an empty answer, a guesser's giving up), with the first
+	// such reason.
+	Episodes, Dropped, Unwritable int
+	UnwritableWhy                 string `json:",omitempty"`
 	// TokensPerSecond is the training throughput over all steps (target tokens).
 	TokensPerSecond float64 `json:"tokens_per_second"`
 }

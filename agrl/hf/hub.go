@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -76,7 +77,9 @@ func IsHubID(s string) bool {
 
 // Download fetches model id (for instance "Qwen/Qwen3-0.6B") into the cache and returns its
 // directory (see the section comment). A finished download is reused without contacting the
-// hub; an interrupted one is resumed file by file (files already complete are kept). Errors
+// hub; an interrupted one starts again from the first file not complete (files already
+// complete are kept; a partial file is downloaded again). A token is never sent over plain
+// http except to this machine. Errors
 // name the file and the reason: a gated or private model without a token (401/403), a
 // repository or required file that does not exist (404), a hub that cannot be reached, a
 // truncated transfer, an index whose shards are not plain file names.
@@ -102,6 +105,9 @@ func Download(ctx context.Context, id string, opt HubOptions) (string, error) {
 	}
 	if opt.Token == "" {
 		opt.Token = os.Getenv("HF_TOKEN")
+	}
+	if u, _ := url.Parse(opt.Endpoint); opt.Token != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		return "", fmt.Errorf("hf: refusing to send the hub token over plain http to %s (use https)", u.Host)
 	}
 	if opt.CacheDir == "" {
 		opt.CacheDir = os.Getenv("AGRL_HUB_CACHE")
@@ -167,6 +173,15 @@ func Download(ctx context.Context, id string, opt HubOptions) (string, error) {
 	return dir, nil
 }
 
+// isLoopback reports whether host names this machine (a local mirror or a test server).
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // invert returns the set of values of m.
 func invert(m map[string]string) map[string]bool {
 	out := map[string]bool{}
@@ -197,8 +212,9 @@ type hubDownload struct {
 	dir string
 }
 
-// fetch downloads one file into the cache directory (a .part file renamed once complete). A
-// file that is there already is kept: it was renamed into place only when complete.
+// fetch downloads one file into the cache directory (a temporary file of its own, renamed
+// once complete, so that two downloads of one model never write the same file). A file that
+// is there already is kept: it was renamed into place only when complete.
 func (d *hubDownload) fetch(name string) error {
 	dst := filepath.Join(d.dir, name)
 	if _, err := os.Stat(dst); err == nil {
@@ -229,11 +245,11 @@ func (d *hubDownload) fetch(name string) error {
 	case resp.StatusCode != http.StatusOK:
 		return fmt.Errorf("hf: %s of %s: the hub answered %s", name, d.id, resp.Status)
 	}
-	part := dst + ".part"
-	f, err := os.Create(part)
+	f, err := os.CreateTemp(d.dir, name+".*.part")
 	if err != nil {
 		return fmt.Errorf("hf: %w", err)
 	}
+	part := f.Name()
 	w := &progressWriter{file: name, total: resp.ContentLength, fn: d.opt.Progress}
 	n, err := io.Copy(f, io.TeeReader(resp.Body, w))
 	if cerr := f.Close(); err == nil {

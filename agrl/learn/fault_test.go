@@ -41,8 +41,16 @@ func sameHistories(t *testing.T, a, b []agrl.Metrics, what [2]string) {
 			if strings.HasPrefix(k, "time/") || k == agrl.MetricTokensPerSecond {
 				continue
 			}
-			if w := b[i][k]; v != w && !(math.IsNaN(v) && math.IsNaN(w)) {
+			w, ok := b[i][k]
+			if !ok {
+				t.Errorf("step %d %s: logged %s, not %s", i+1, k, what[0], what[1])
+			} else if v != w && !(math.IsNaN(v) && math.IsNaN(w)) {
 				t.Errorf("step %d %s: %v %s, %v %s", i+1, k, v, what[0], w, what[1])
+			}
+		}
+		for k := range b[i] {
+			if _, ok := a[i][k]; !ok {
+				t.Errorf("step %d %s: logged %s, not %s", i+1, k, what[1], what[0])
 			}
 		}
 	}

@@ -501,6 +501,9 @@ func (t *GRPOTrainer) runSFT(ctx context.Context) (agrl.SFTReport, error) {
 		return rep, fmt.Errorf("agrl: warm start: %w", err)
 	}
 	t.inSFT = false
+	if rep.Unwritable > 0 {
+		t.say("warm start: %d of %d demonstrations left out: the policy's format cannot write them (the first: %s)", rep.Unwritable, len(demos), rep.UnwritableWhy)
+	}
 	final := rep.Final()
 	t.say("warm start: %d steps, loss %.3f, token accuracy %.3f, %.0f tokens/s, %.0fs",
 		len(rep.Steps), final.Loss, final.Metrics["accuracy"], rep.TokensPerSecond, time.Since(start).Seconds())
@@ -839,7 +842,8 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 		}
 	}
 	// 5. Update: Epochs passes of Minibatches optimizer steps; the first minibatch's ratio is
-	//    exactly 1 (the weights are those that sampled).
+	//    exactly 1 (the weights are those that sampled; the old log-probs are its own, detached,
+	//    so this holds with LoRA dropout too).
 	order := make([]int, len(eps))
 	for i := range order {
 		order[i] = i

@@ -35,8 +35,10 @@ import (
 //     sampled and the observations' ids appended, never a re-encoded transcript), on the host
 //     with agrl/llm's forward pass and the current adapters.
 //   - Scoring and training run the same decoder as GoMLX graphs (agrl/learn/hfgraph) on the
-//     configured backend: per-token log-probs agree with the sampler's to about 1e-6.
-//   - The KL reference is the base model (adapters off): no second copy of the weights.
+//     configured backend: per-token log-probs agree with the sampler's to about 1e-6 (the
+//     learner's, with LoRA dropout, are under its random masks).
+//   - The KL reference is the base model (adapters off): no second copy of the weights; after
+//     a warm start, the warm-started policy (the base with a frozen copy of its adapters).
 //   - A checkpoint holds the adapters in PEFT's format (adapter_config.json and
 //     adapter_model.safetensors, readable by PEFT and by llm.LoadAdapters), the optimizer
 //     state and policy.json; resuming restores both bit for bit.
@@ -257,7 +259,8 @@ func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenSc
 	return p.score(seqs, temperature, "", p.graph)
 }
 
-// BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference.
+// BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference
+// when the run has no warm start.
 func (p *PretrainedPolicy) BaseModel() Model { return pretrainedBase{p} }
 
 // pretrainedBase is the base view of a PretrainedPolicy (adapters off).
@@ -281,11 +284,15 @@ func (p *PretrainedPolicy) reference(dir string) (Model, error) {
 	}
 	var a *llm.Adapters
 	var err error
-	if _, statErr := os.Stat(filepath.Join(dir, "adapter_config.json")); statErr == nil {
+	// The weights file is written last: a reference without it was interrupted while saving.
+	if _, statErr := os.Stat(filepath.Join(dir, "adapter_model.safetensors")); statErr == nil {
 		if a, err = llm.LoadAdapters(dir, p.base); err != nil {
 			return nil, fmt.Errorf("agrl: the KL reference (the warm start's adapters) in %s: %w", dir, err)
 		}
 	} else {
+		if p.loaded.Stage == StageGRPO && p.loaded.Step > 0 {
+			return nil, fmt.Errorf("agrl: the KL reference (the warm start's adapters) is missing from %s, and this run resumes at GRPO step %d, whose adapters are not the warm start's: restore the directory, or resume from the warm start's checkpoint", dir, p.loaded.Step)
+		}
 		if a, err = p.Adapters(); err != nil {
 			return nil, err
 		}
@@ -457,7 +464,8 @@ func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []strin
 	defer p.mu.Unlock()
 	// A checkpoint that holds some of this learner's state must hold all of it; one taken
 	// before the learner existed (a warm start's, for the GRPO learner) holds none.
-	mine := false
+	mine := (name == "grpo" && p.loaded.Stage == StageGRPO && p.loaded.Step > 0) ||
+		(name == "sft" && p.loaded.Stage == StageSFT && p.loaded.SFTStep > 0)
 	for path := range p.optState {
 		mine = mine || strings.HasPrefix(path, t.statePath()+"/")
 	}
@@ -616,7 +624,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			args = append(args, s)
 		}
 		if t.dropout {
-			state, err := dropoutState(p.seed, step, ci)
+			state, err := dropoutState(p.seed, t.name, step, ci)
 			if err != nil {
 				return agrl.StepStats{}, err
 			}
@@ -672,10 +680,14 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 }
 
 // dropoutState is the RNG state LoRA dropout draws its masks from in micro-batch chunk of
-// optimizer step step: a function of the adapters' seed, the step and the chunk alone, so a
-// resumed run draws the masks an uninterrupted one draws.
-func dropoutState(seed uint64, step, chunk int) (*tensors.Tensor, error) {
+// optimizer step step of the learner named name ("sft", "grpo"): a function of the adapters'
+// seed, the learner, the step and the chunk alone, so a resumed run draws the masks an
+// uninterrupted one draws, and the warm start's steps others than GRPO's.
+func dropoutState(seed uint64, name string, step, chunk int) (*tensors.Tensor, error) {
 	x := seed ^ 0x6c6f72612e64726f // "lora.dro"
+	for i := 0; i < len(name); i++ {
+		x = (x ^ uint64(name[i])) * 0x100000001b3
+	}
 	for _, v := range []uint64{uint64(step), uint64(chunk)} {
 		x = (x ^ v) * 0x9e3779b97f4a7c15
 		x ^= x >> 31

@@ -379,17 +379,23 @@ func TestPretrainedLoRADropout(t *testing.T) {
 
 // TestPretrainedWarmStart: a warm start in the model's own chat format — the expert's calc
 // episodes encoded as the model's rollouts lay them out (agent.Policy.Demonstration), SFT on
-// the adapters — learns the native tool calls (token accuracy up, loss down), and GRPO's KL
+// the adapters — learns the native tool calls (token accuracy up, loss down); demonstrations
+// the format cannot write (giving up: an empty answer) are left out and said so; GRPO's KL
 // reference is then the warm-started policy (KL 0 at the first step; the base would not give
-// 0), saved with the checkpoints and read back by a resumed run, which ends bit-identical.
+// 0), saved with the checkpoints and read back by a resumed run, which ends bit-identical; a
+// run whose reference went missing refuses to resume past the warm start.
 func TestPretrainedWarmStart(t *testing.T) {
 	dir := t.TempDir()
 	g := func(out string) agrl.GRPO {
+		quitter := agrl.AgentFunc(func(*agrl.Episode) (string, error) { return agrl.AnswerText(""), nil })
 		return pretrainedGRPO(t, out).WarmStart(agrl.SFT().Steps(20).Batch(4).Optimizer(agrl.NewAdamW().LR(2e-2)),
-			agrl.Demo{Name: "expert", Agent: calc.Expert(), Weight: 1}).DemoEpisodes(64).Steps(2)
+			agrl.Demo{Name: "expert", Agent: calc.Expert(), Weight: 0.9}, agrl.Demo{Name: "quit", Agent: quitter, Weight: 0.1}).
+			DemoEpisodes(64).Steps(2)
 	}
 	var sft []agrl.StepStats
-	tr, err := Build(g(filepath.Join(dir, "straight")).OnSFTStep(func(p agrl.SFTProgress) { sft = append(sft, p.Stats) }))
+	var said []string
+	tr, err := Build(g(filepath.Join(dir, "straight")).OnSFTStep(func(p agrl.SFTProgress) { sft = append(sft, p.Stats) }).
+		Progress(func(s string) { said = append(said, s) }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,8 +415,11 @@ func TestPretrainedWarmStart(t *testing.T) {
 	if kl := res.History[0][agrl.MetricKL]; kl > 1e-6 {
 		t.Errorf("KL to the reference at the first GRPO step = %v, want 0 (the reference is the warm start)", kl)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "straight", "checkpoints", "reference", "adapter_config.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "straight", "checkpoints", "reference", "adapter_model.safetensors")); err != nil {
 		t.Errorf("the reference adapters were not saved: %v", err)
+	}
+	if !strings.Contains(strings.Join(said, "\n"), "demonstrations left out: the policy's format cannot write them") {
+		t.Errorf("the give-up demonstrations were not reported as left out:\n%s", strings.Join(said, "\n"))
 	}
 
 	// Resume after the first GRPO step: the reference comes back from disk.
@@ -425,6 +434,23 @@ func TestPretrainedWarmStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
+
+	if err := os.RemoveAll(filepath.Join(dir, "resumed", "checkpoints", "reference")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trainErr(t, g(filepath.Join(dir, "resumed")).Steps(3)); err == nil || !strings.Contains(err.Error(), "KL reference") {
+		t.Errorf("resuming at step 2 without the reference: %v, want an error naming it", err)
+	}
+}
+
+// trainErr builds and trains g, returning Train's error.
+func trainErr(t *testing.T, g agrl.GRPO) (*TrainResult, error) {
+	t.Helper()
+	tr, err := Build(g)
+	if err != nil {
+		return nil, err
+	}
+	return tr.Train(context.Background())
 }
 
 // TestPretrainedSharesProjections: where the host kernels run on the go backend, the sampler's

@@ -109,7 +109,7 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 		if err := copyTree(ref, filepath.Join(tmpCk, "reference")); err != nil {
 			return nil, err
 		}
-	} else if g.Spec().KL > 0 && g.Spec().Pretrained == nil && from.Step > 0 {
+	} else if g.Spec().KL > 0 && (g.Spec().Pretrained == nil || g.Spec().SFT != nil) && from.Step > 0 {
 		return nil, fmt.Errorf("agrl: ReplayStep: %s has no reference checkpoint (the KL penalty's): it cannot be replayed", ckdir)
 	}
 	tr, err := Build(g.Out(tmp).Fresh(false).Progress(nil).OnStep(nil).OnSFTStep(nil))

@@ -83,8 +83,12 @@ func sftOn(p trainee, run sftRun) (agrl.SFTReport, error) {
 	var starts []int
 	for i, ep := range episodes {
 		tok, mask, err := p.demoTokens(run.tools, ep)
-		if err != nil {
-			return rep, fmt.Errorf("agrl: SFT: demonstration %d (%s): %w", i, ep.Task.ID, err)
+		if err != nil { // an action the policy's format cannot write: left out, and counted
+			if rep.Unwritable == 0 {
+				rep.UnwritableWhy = fmt.Sprintf("demonstration %d (%s): %v", i, ep.Task.ID, err)
+			}
+			rep.Unwritable++
+			continue
 		}
 		if len(tok) > p.contextLen() {
 			rep.Dropped++
@@ -102,6 +106,10 @@ func sftOn(p trainee, run sftRun) (agrl.SFTReport, error) {
 	}
 	rep.Episodes = len(seqs)
 	if len(seqs) == 0 {
+		if rep.Unwritable > 0 {
+			return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes can be trained on (%d too long for the context of %d tokens, %d not writable in the policy's format; the first: %s)",
+				len(episodes), rep.Dropped, p.contextLen(), rep.Unwritable, rep.UnwritableWhy)
+		}
 		return rep, fmt.Errorf("agrl: SFT: none of the %d expert episodes fits the context of %d tokens", len(episodes), p.contextLen())
 	}
 	draws, err := newEpisodeDraws(starts, c.Seed)
