@@ -425,14 +425,7 @@ func TestPretrainedWarmStart(t *testing.T) {
 	// Resume after the first GRPO step: the reference comes back from disk.
 	rg := g(filepath.Join(dir, "resumed"))
 	trainUntil(t, rg, 1)
-	tr2, err := Build(rg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res2, err := tr2.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	res2 := train(t, rg)
 	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
 
 	if err := os.RemoveAll(filepath.Join(dir, "resumed", "checkpoints", "reference")); err != nil {
