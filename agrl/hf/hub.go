@@ -158,7 +158,7 @@ func Download(ctx context.Context, id string, opt HubOptions) (string, error) {
 			os.Remove(filepath.Join(dir, IndexFile))
 			return "", fmt.Errorf("hf: %s %s: %w", id, IndexFile, err)
 		}
-		for _, shard := range slices.Sorted(maps.Keys(invert(index))) {
+		for _, shard := range slices.Compact(slices.Sorted(maps.Values(index))) {
 			if err := d.fetch(shard); err != nil {
 				if errors.Is(err, errHubMissing) {
 					return "", fmt.Errorf("hf: %s: shard %s, named by its index, is not on the hub", id, shard)
@@ -180,15 +180,6 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// invert returns the set of values of m.
-func invert(m map[string]string) map[string]bool {
-	out := map[string]bool{}
-	for _, v := range m {
-		out[v] = true
-	}
-	return out
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {

@@ -646,19 +646,19 @@ func modelDir(arg string, stderr io.Writer) (string, error) {
 	if _, err := os.Stat(arg); err == nil || !hf.IsHubID(arg) {
 		return arg, nil
 	}
-	last := ""
+	midLine := false // a progress line without its newline yet
 	dir, err := hf.Download(context.Background(), arg, hf.HubOptions{Progress: func(file string, done, total int64) {
 		line := fmt.Sprintf("downloading %s: %s %.1f MB", arg, file, float64(done)/1e6)
 		if total > 0 {
 			line += fmt.Sprintf(" of %.1f", float64(total)/1e6)
 		}
 		fmt.Fprintf(stderr, "\r\033[K%s", line)
-		if done == total {
+		midLine = done != total
+		if !midLine {
 			fmt.Fprintln(stderr)
 		}
-		last = line
 	}})
-	if last != "" && err != nil {
+	if midLine {
 		fmt.Fprintln(stderr)
 	}
 	if err != nil {

@@ -112,15 +112,22 @@ func TestDropoutView(t *testing.T) {
 		t.Error("zero adapters under dropout: the values differ from the base's (dropout must touch the adapter term only)")
 	}
 
-	g := loadGraph(t, "qwen3")
-	a, err := ref.AddLoRA(cfg, 3)
-	if err != nil {
-		t.Fatal(err)
+	// withAdapters is the qwen3 graph with adapters of cfg (dropout d), B random.
+	withAdapters := func(d float64) *Model {
+		g := loadGraph(t, "qwen3")
+		c := cfg
+		c.Dropout = d
+		a, err := ref.AddLoRA(c, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		randomizeB(a, 4, 0.1)
+		if err := g.SetAdapters(a); err != nil {
+			t.Fatal(err)
+		}
+		return g
 	}
-	randomizeB(a, 4, 0.1)
-	if err := g.SetAdapters(a); err != nil {
-		t.Fatal(err)
-	}
+	g := withAdapters(0.3)
 	plain := flat(runStats(t, statsExec(t, g), seqs, 12, 1))
 	e := dropoutStatsExec(t, g)
 	d1, d1again, d2 := dropoutStats(t, e, seqs, 1)[0], dropoutStats(t, e, seqs, 1)[0], dropoutStats(t, e, seqs, 2)[0]
@@ -134,17 +141,7 @@ func TestDropoutView(t *testing.T) {
 		t.Error("the Base view under dropout differs from the Base view")
 	}
 
-	g0 := loadGraph(t, "qwen3")
-	cfg.Dropout = 0
-	a0, err := ref.AddLoRA(cfg, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	randomizeB(a0, 4, 0.1)
-	if err := g0.SetAdapters(a0); err != nil {
-		t.Fatal(err)
-	}
-	if got := dropoutStats(t, dropoutStatsExec(t, g0), seqs, 1)[0]; !slices.Equal(got, plain) {
+	if got := dropoutStats(t, dropoutStatsExec(t, withAdapters(0)), seqs, 1)[0]; !slices.Equal(got, plain) {
 		t.Error("dropout 0: the view's values differ from the model's")
 	}
 }
