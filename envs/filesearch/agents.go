@@ -271,3 +271,39 @@ func Skimmer() agrl.Agent {
 		return agrl.AnswerText(v), nil
 	})
 }
+
+// LooksKnown reports whether a question about key is one an untrained model tends to answer from
+// what it has seen elsewhere rather than look up: those whose answer is a name (a user, a host,
+// a region, a team, a log level), which any plausible name seems to fit, rather than a number
+// (a port, a version, a timeout). Five keys in eight, so about 5/8 of every difficulty's tasks.
+func LooksKnown(key string) bool {
+	switch key {
+	case "user", "host", "region", "owner", "level":
+		return true
+	}
+	return false
+}
+
+// Assumer returns an agent that is imperfect the way an untrained model is: it trusts what it
+// thinks it knows. On a question that LooksKnown it answers at once, without a tool call, a
+// plausible value of the asked kind (drawn as the generator draws the facts, so right by luck
+// now and then: one log level in six, one team in ten, rarely a user, a region or a host); on
+// any other
+// it searches as Expert does. Whether it skips the search is therefore a property of the task,
+// not a coin flip, and GRPO's rollouts can find that looking it up pays on those questions too.
+// The guess is deterministic for a seed and a prompt.
+func Assumer(seed uint64) agrl.Agent {
+	expert := Expert()
+	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {
+		_, key, ok := question(ep.Prompt)
+		if !ok {
+			return "", fmt.Errorf("filesearch assumer: cannot read the prompt %q", clip(ep.Prompt))
+		}
+		if !LooksKnown(key) {
+			return expert.Act(ep)
+		}
+		h := fnv.New64a()
+		h.Write([]byte(ep.Prompt))
+		return agrl.AnswerText(keyValue(rand.New(rand.NewPCG(seed^0x5851f42d4c957f2d, h.Sum64())), key)), nil
+	})
+}

@@ -1,6 +1,7 @@
 package filesearch
 
 import (
+	"slices"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -189,6 +190,91 @@ func TestSkimmer(t *testing.T) {
 		t.Logf("%-7s skimmer success %.3f", d, rate)
 		if rate < want[d][0] || rate > want[d][1] {
 			t.Errorf("%s: skimmer success %.3f, want in [%.2f, %.2f]", d, rate, want[d][0], want[d][1])
+		}
+	}
+}
+
+// TestAssumer checks the assumer against the expert: on questions that LooksKnown it answers at
+// once (no tool call) a value of the asked kind, right only by luck; on the others it plays the
+// expert's episode exactly; its guesses are fixed by the seed and the prompt.
+func TestAssumer(t *testing.T) {
+	env := New()
+	known, lucky, differ := 0, 0, 0
+	for i := range 800 {
+		d := agrl.Difficulties[i%len(agrl.Difficulties)]
+		task := genTask(t, uint64(9100+i), d)
+		_, key, _ := question(task.Prompt)
+		ep := play(t, env, task, Assumer(3))
+		if !LooksKnown(key) {
+			if want := play(t, env, task, Expert()); ep.Transcript() != want.Transcript() || !ep.Correct {
+				t.Fatalf("%s is not a known-looking key, but the assumer left the expert's path:\n%s", key, ep.Transcript())
+			}
+			continue
+		}
+		known++
+		if len(ep.Turns) != 1 || ep.Termination != agrl.Answered || ep.ToolCalls() != 0 {
+			t.Fatalf("a known-looking question (%s) answered with a search:\n%s", key, ep.Transcript())
+		}
+		if ep.Correct {
+			lucky++
+		}
+		if again := play(t, env, task, Assumer(3)); again.Transcript() != ep.Transcript() {
+			t.Fatalf("the assumer's guess changed between two plays:\n%s\n%s", ep.Transcript(), again.Transcript())
+		}
+		if other := play(t, env, task, Assumer(4)); other.Turns[0].Action != ep.Turns[0].Action {
+			differ++
+		}
+	}
+	rate := float64(lucky) / float64(known)
+	t.Logf("%d of 800 questions look known; the assumer is right on %.3f of them", known, rate)
+	// Five keys in eight look known; luck is 1/6 on levels, 1/10 on teams and near 0 on users,
+	// regions and hosts (1/100, 1/96, about 1/360), so about 0.058 over the five.
+	if known < 440 || known > 560 {
+		t.Errorf("%d of 800 questions look known, want about 5/8", known)
+	}
+	if differ < known/2 {
+		t.Errorf("seeds 3 and 4 guess alike on %d of %d questions: the seed should move the guesses", known-differ, known)
+	}
+	if rate < 0.03 || rate > 0.09 {
+		t.Errorf("assumer right on %.3f of the known-looking questions, want about 0.058", rate)
+	}
+}
+
+// TestTokenizer checks the recipe's tokenizer: a word for every key and every directory name as
+// a path component, a path written with them in 8 tokens instead of 17, and every
+// expert's episode encoded without an unknown byte and decoded back to its own text.
+func TestTokenizer(t *testing.T) {
+	tok := Tokenizer()
+	words := map[string]bool{}
+	for _, w := range tok.WordList() {
+		words[w] = true
+	}
+	for _, k := range keys {
+		if !words[k.name] {
+			t.Errorf("no word for the key %q", k.name)
+		}
+	}
+	for _, pool := range levelPools {
+		for _, name := range pool {
+			if !words["/"+name] {
+				t.Errorf("no word for the path component /%s", name)
+			}
+		}
+	}
+	if n, plain := len(tok.Encode("/srv/prod/eu/kemo")), len(agrl.TinyLM().Spec().Tokenizer.Encode("/srv/prod/eu/kemo")); n != 8 || plain != 17 {
+		t.Errorf("/srv/prod/eu/kemo: %d tokens, TinyLM's tokenizer %d; want 8 and 17", n, plain)
+	}
+	env := New()
+	for i := range 40 {
+		task := genTask(t, uint64(9900+i), agrl.Difficulties[i%len(agrl.Difficulties)])
+		ep := play(t, env, task, Expert())
+		text := ep.Transcript()
+		ids := tok.Encode(text)
+		if slices.Contains(ids, agrl.UNK) {
+			t.Fatalf("an unknown byte in the expert's episode:\n%s", text)
+		}
+		if back := tok.Decode(ids); back != text {
+			t.Fatalf("decode(encode(episode)) differs:\n%s\n%s", text, back)
 		}
 	}
 }
