@@ -30,9 +30,9 @@ type Entry struct {
 	Rubric func() agrl.Rubric
 	// Guesser returns an agent that is imperfect where an untrained model is, and where it
 	// errs is a property of the task (calc.Overconfident: guesses what looks easy;
-	// multihop.Shortcut: answers country questions after the first hop; filesearch.Guesser:
-	// guesses a file name instead of listing): mixed into warm-start demonstrations
-	// (-guess-frac) it leaves GRPO something to discover.
+	// multihop.Shortcut: answers country questions after the first hop; filesearch.Assumer:
+	// answers questions whose answer is a name without searching): mixed into warm-start
+	// demonstrations (-guess-frac) it leaves GRPO something to discover.
 	Guesser func(seed uint64) agrl.Agent
 	// Rubrics names the environment's other rubrics (`agrl train -rubric NAME`), such as
 	// filesearch's "naive" one of the reward-hacking lesson or multihop's "process" one with a
@@ -89,7 +89,7 @@ var registry = []Entry{
 		New:     func() agrl.Env { return filesearch.New() },
 		Expert:  filesearch.Expert,
 		Rubric:  filesearch.Rubric,
-		Guesser: func(uint64) agrl.Agent { return filesearch.Guesser() },
+		Guesser: filesearch.Assumer,
 		Rubrics: map[string]func() agrl.Rubric{"naive": filesearch.NaiveRubric},
 		Recipe:  filesearch.Recipe,
 	},
