@@ -288,10 +288,9 @@ func LooksKnown(key string) bool {
 // thinks it knows. On a question that LooksKnown it answers at once, without a tool call, a
 // plausible value of the asked kind (drawn as the generator draws the facts, so right by luck
 // now and then: one log level in six, one team in ten, rarely a user, a region or a host); on
-// any other
-// it searches as Expert does. Whether it skips the search is therefore a property of the task,
-// not a coin flip, and GRPO's rollouts can find that looking it up pays on those questions too.
-// The guess is deterministic for a seed and a prompt.
+// any other it searches as Expert does. Whether it skips the search is therefore a property of
+// the task, not a coin flip, and GRPO's rollouts can find that looking it up pays on those
+// questions too. The guess is deterministic for a seed and a prompt.
 func Assumer(seed uint64) agrl.Agent {
 	expert := Expert()
 	return agrl.AgentFunc(func(ep *agrl.Episode) (string, error) {

@@ -9,8 +9,9 @@ import "agrl.dev/agrl"
 //   - Policy: TinyLM with a 512-token context (listings and file contents are long) and
 //     Tokenizer's words for keys and path components.
 //   - Warm start: 3000 SFT steps of 16 episodes on 16384 demonstrations, the expert alone for
-//     the first half (copying paths is learned between steps 750 and 1600; with 1000 steps the
-//     warm start solved no task), then 40% from the expert and 60% from Assumer, which
+//     the first half (with the former tokenizer and demonstrations, copying paths was learned
+//     between steps 750 and 1600, and 1000 steps solved no task), then 40% from the expert and
+//     60% from Assumer, which
 //     answers the questions that LooksKnown (a name: user, host, region, team, log level) at
 //     once from what it thinks it knows and searches as the expert does otherwise. The warm
 //     start searches on every numeric question and on some of the others: where it skips the
@@ -20,7 +21,7 @@ import "agrl.dev/agrl"
 //     rate 1e-4, KL β 0.01, clip ε 0.2, evaluation temperature 0.3, 64 tasks per evaluation
 //     split. GRPO learns to search on the questions the warm start answered from memory (test
 //     tool-call rate 42–61% → 100% over seeds 701–705, test success 28.7 ± 9.3% → 49.4 ± 8.5%,
-//     gain +20.6 ± 7.2 points); what it does not teach is reading: the honest search fails on
+//     gain +20.6 ± 7.2 points: means ± the 95% Student-t half-width); what it does not teach is reading: the honest search fails on
 //     most hard trees, where the model does not pick the right path or line, and that bounds
 //     what the run can reach.
 func Recipe() agrl.GRPO {
