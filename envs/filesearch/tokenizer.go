@@ -19,17 +19,13 @@ func Tokenizer() *agrl.Tokenizer {
 	for _, k := range keys {
 		words = append(words, k.name)
 	}
-	seen := map[string]bool{}
 	for _, pool := range levelPools {
 		for _, name := range pool {
-			if w := "/" + name; !seen[w] {
-				seen[w] = true
-				words = append(words, w)
-			}
+			words = append(words, "/"+name)
 		}
 	}
 	t, err := agrl.ASCIITokenizer().Words(words...)
-	if err != nil { // the words are this package's constants: TestTokenizer
+	if err != nil { // the words are this package's constants (no name repeats): TestTokenizer
 		panic(fmt.Sprintf("filesearch: tokenizer: %v", err))
 	}
 	return t
