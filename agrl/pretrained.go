@@ -15,7 +15,8 @@ import (
 // PretrainedLM configures a pretrained open-weight model — a Hugging Face model directory of
 // the Llama 3.x / SmolLM2, Qwen2/2.5 or Qwen3 families — as the policy of a GRPO run, trained
 // through LoRA adapters (the base weights stay frozen; the KL reference is the base with the
-// adapters off, so it costs no second copy). It is a value: every setter returns a copy.
+// adapters off, so it costs no second copy) or, for small models, by full fine-tuning (Full).
+// It is a value: every setter returns a copy.
 //
 //	g := calc.Recipe().Pretrained(agrl.Pretrained("models/Qwen3-0.6B").LoRA(16, 32))
 //
@@ -32,6 +33,8 @@ type PretrainedLM struct {
 	backend string
 	micro   int
 	system  string
+	// full trains every weight instead of adapters (Full).
+	full bool
 }
 
 // Pretrained names the model directory (config.json, model.safetensors or sharded weights with
@@ -46,11 +49,23 @@ func Pretrained(dir string) PretrainedLM {
 	return PretrainedLM{dir: dir, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8}
 }
 
-// LoRA sets the adapters' rank r and alpha (their output is scaled by alpha/r).
+// LoRA sets the adapters' rank r and alpha (their output is scaled by alpha/r), and trains
+// adapters (undoing Full).
 func (p PretrainedLM) LoRA(rank int, alpha float64) PretrainedLM {
-	p.rank, p.alpha = rank, alpha
+	p.rank, p.alpha, p.full = rank, alpha, false
 	return p
 }
+
+// Full trains every weight of the model — embeddings, norms, projections, head — instead of
+// LoRA adapters (full fine-tuning; LoRA undoes it). It is for small models: the learner holds
+// the weights, their gradients and AdamW's two moments in float32 (16 bytes a parameter), a
+// copy for the sampler, and GRPO's KL reference, which is then a frozen copy of the weights
+// (a LoRA run's reference is the base with the adapters off, which costs nothing). Weight
+// decay applies to the matrices, not to the norms and biases. A checkpoint holds the whole
+// model as a Hugging Face model directory (config.json, model.safetensors, the tokenizer
+// files), which agrl.Pretrained and transformers read. The LoRA settings (rank, alpha,
+// targets, dropout) do not apply: a dropout other than 0 is a validation error.
+func (p PretrainedLM) Full() PretrainedLM { p.full = true; return p }
 
 // Targets sets the adapted projections (names from llm.LoRAModules: "q_proj", "k_proj",
 // "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj").
@@ -87,11 +102,13 @@ type PretrainedSpec struct {
 	Backend    string
 	MicroBatch int
 	System     string
+	// Full is set for full fine-tuning (every weight trained; LoRA is then unused).
+	Full bool
 }
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
-	return PretrainedSpec{Dir: p.dir, Backend: p.backend, MicroBatch: p.micro, System: p.system,
+	return PretrainedSpec{Dir: p.dir, Backend: p.backend, MicroBatch: p.micro, System: p.system, Full: p.full,
 		LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
@@ -110,8 +127,13 @@ func (p PretrainedLM) Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := p.Spec().LoRA.Validate(); err != nil {
-		errs = append(errs, err)
+	switch {
+	case p.full && p.dropout != 0:
+		errs = append(errs, fmt.Errorf("lora_dropout %v with full fine-tuning: dropout applies to LoRA adapters only", p.dropout))
+	case !p.full:
+		if err := p.Spec().LoRA.Validate(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if p.micro < 1 {
 		errs = append(errs, fmt.Errorf("micro-batch %d; want >= 1", p.micro))
@@ -131,6 +153,8 @@ type PretrainedRecord struct {
 	Layers       int    `json:"layers,omitempty"`
 	Hidden       int    `json:"hidden,omitempty"`
 	Vocab        int    `json:"vocab,omitempty"`
+	// Full is set for full fine-tuning (every weight trained; the LoRA fields are then zero).
+	Full bool `json:"full,omitempty"`
 	// The adapters: rank, alpha, dropout and target modules.
 	Rank    int      `json:"lora_rank"`
 	Alpha   float64  `json:"lora_alpha"`
@@ -146,14 +170,17 @@ type PretrainedRecord struct {
 func (p PretrainedLM) record() *PretrainedRecord {
 	r := &PretrainedRecord{Model: p.dir, Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout,
 		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, MicroBatch: p.micro}
+	if p.full {
+		r.Full, r.Rank, r.Alpha, r.Dropout, r.Targets = true, 0, 0, 0, nil
+	}
 	if c, err := hf.LoadConfig(filepath.Join(p.dir, "config.json")); err == nil {
 		r.Architecture, r.Layers, r.Hidden, r.Vocab = c.Architecture, c.NumHiddenLayers, c.HiddenSize, c.VocabSize
 	}
 	return r
 }
 
-// Pretrained makes the run train a pretrained model with LoRA instead of a Tiny policy (see
-// PretrainedLM); it replaces the policy a recipe set (and Policy replaces it). From and task
+// Pretrained makes the run train a pretrained model with LoRA (or, with PretrainedLM.Full,
+// every weight) instead of a Tiny policy (see PretrainedLM); it replaces the policy a recipe set (and Policy replaces it). From and task
 // screening do not apply to it (each is a validation error: turn screening off with Screen(0)).
 // A warm start trains the adapters on the demonstrations written in the model's own chat
 // format (the rollouts' token layout: agent.Policy.Demonstration), and GRPO's KL reference is

@@ -930,7 +930,7 @@ func (t *GRPOTrainer) newStepRecord(step int, eps []*agrl.Episode, adv [][]float
 	rec := &agrl.StepRecord{Step: step, ClipLow: t.cfg.ClipLow, ClipHigh: t.cfg.ClipHigh, KL: t.cfg.KL,
 		KLEstimator: t.cfg.KLEstimator, LossNorm: t.cfg.LossNorm, AdvantageNorm: t.cfg.AdvantageNorm,
 		Temperature: t.cfg.Temperature, Group: t.cfg.Group, Dropped: roll.droppedGroups, Pieces: map[int32]string{}}
-	if t.pre != nil {
+	if t.pre != nil && t.pre.graph.LoRA() != nil {
 		rec.LoRADropout = t.pre.graph.LoRA().Dropout
 	}
 	for i, ep := range eps {

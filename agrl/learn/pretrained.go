@@ -59,9 +59,15 @@ type PretrainedPolicy struct {
 	warm bool
 
 	mu        sync.Mutex
-	host      *llm.Adapters          // the adapters as the sampler reads them
-	stale     bool                   // the store's adapters changed since host was copied
+	host      *llm.Adapters          // the adapters as the sampler reads them (nil with full fine-tuning)
+	stale     bool                   // the store's trainable weights changed since the sampler's copy was made
 	scoreExec map[string]*model.Exec // by view: "" (the adapters), "base", "reference"
+	// full is set for full fine-tuning (agrl.PretrainedLM.Full): every base weight is
+	// trainable, cur samples with a host copy of the store's current weights, and the base
+	// and the reference are frozen copies (frozen, by view) of their own weights.
+	full   bool
+	cur    *agent.Policy
+	frozen map[string]*pretrainedFrozen
 	loaded    CheckpointInfo
 	// optState holds the optimizer state read from a checkpoint, until a learner takes it.
 	optState map[string][]float32
@@ -106,20 +112,28 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	bc, _ := ParseBackend(s.Backend)
 	pp := &PretrainedPolicy{spec: s, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
-		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed}
+		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed,
+		full: s.Full, frozen: map[string]*pretrainedFrozen{}}
 	if pp.graph, err = hfgraph.FromLLM(pp.store, pretrainedScope, pp.base); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 	}
-	if err := pp.graph.AddLoRA(s.LoRA, seed); err != nil {
-		return nil, fmt.Errorf("agrl: %w", err)
+	if pp.full {
+		// Every weight trains; the sampler's copy is rebuilt from the store after updates
+		// (no shared buffers: the store's values change at every step).
+		pp.graph.TrainBase(true)
+		pp.cur = pol
+	} else {
+		if err := pp.graph.AddLoRA(s.LoRA, seed); err != nil {
+			return nil, fmt.Errorf("agrl: %w", err)
+		}
+		if err := pp.shareWeights(); err != nil {
+			return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
+		}
+		if pp.host, err = pp.graph.Adapters(pp.base); err != nil {
+			return nil, err
+		}
+		pp.host.BaseModel = s.Dir
 	}
-	if err := pp.shareWeights(); err != nil {
-		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
-	}
-	if pp.host, err = pp.graph.Adapters(pp.base); err != nil {
-		return nil, err
-	}
-	pp.host.BaseModel = s.Dir
 	if ckdir == "" {
 		return pp, nil
 	}
@@ -181,18 +195,54 @@ func (p *PretrainedPolicy) BackendConfig() string { return p.backendConfig }
 // Checkpoint says which checkpoint the adapters were restored from (zero for fresh ones).
 func (p *PretrainedPolicy) Checkpoint() CheckpointInfo { return p.loaded }
 
-// AdapterParams counts the trainable parameters (the adapters').
+// AdapterParams counts the adapters' parameters (0 with full fine-tuning).
 func (p *PretrainedPolicy) AdapterParams() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.host == nil {
+		return 0
+	}
 	return p.host.NumParams()
 }
+
+// TrainableParams counts the parameters training updates: the adapters', or with full
+// fine-tuning every weight of the model.
+func (p *PretrainedPolicy) TrainableParams() int {
+	n := 0
+	for _, v := range p.trainVars() {
+		n += v.Shape().Size()
+	}
+	return n
+}
+
+// IsFull reports whether the policy trains every weight (agrl.PretrainedLM.Full), not adapters.
+func (p *PretrainedPolicy) IsFull() bool { return p.full }
+
+// trainVars are the variables training updates: the adapters, or every base weight.
+func (p *PretrainedPolicy) trainVars() []*model.Variable {
+	if p.full {
+		return p.graph.BaseVariables()
+	}
+	return p.graph.AdapterVariables()
+}
+
+// errNoAdapters is the error of the adapter accessors under full fine-tuning.
+var errNoAdapters = errors.New("agrl: this policy is fully fine-tuned (agrl.PretrainedLM.Full): it has no LoRA adapters; save the whole model with SaveMerged")
 
 // Graph returns the GoMLX model (base weights and adapters) that scoring and training use.
 func (p *PretrainedPolicy) Graph() *hfgraph.Model { return p.graph }
 
-// Agent returns the sampling policy with the current adapters (agrl/llm/agent).
+// Agent returns the sampling policy with the current adapters (agrl/llm/agent), or with full
+// fine-tuning the current weights.
 func (p *PretrainedPolicy) Agent() (*agent.Policy, error) {
+	if p.full {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := p.syncHost(); err != nil {
+			return nil, err
+		}
+		return p.cur, nil
+	}
 	a, err := p.Adapters()
 	if err != nil {
 		return nil, err
@@ -201,8 +251,12 @@ func (p *PretrainedPolicy) Agent() (*agent.Policy, error) {
 }
 
 // Adapters returns a copy of the current LoRA adapters (save them with Adapters.Save for PEFT,
-// or merge them into a model directory with SaveMerged).
+// or merge them into a model directory with SaveMerged). A fully fine-tuned policy has none
+// (an error).
 func (p *PretrainedPolicy) Adapters() (*llm.Adapters, error) {
+	if p.full {
+		return nil, errNoAdapters
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.syncHost(); err != nil {
@@ -223,7 +277,16 @@ func (p *PretrainedPolicy) SaveAdapters(dir string) error {
 // SaveMerged writes the model with the adapters merged into its weights as a Hugging Face model
 // directory (config.json, safetensors, the tokenizer files), in dtype (hf.F32 reads back bit
 // for bit).
+//
+// With full fine-tuning it writes the current weights.
 func (p *PretrainedPolicy) SaveMerged(dir string, dtype hf.DType) error {
+	if p.full {
+		pol, err := p.Agent()
+		if err != nil {
+			return err
+		}
+		return pol.Model().Save(dir, nil, dtype)
+	}
 	a, err := p.Adapters()
 	if err != nil {
 		return err
@@ -231,9 +294,27 @@ func (p *PretrainedPolicy) SaveMerged(dir string, dtype hf.DType) error {
 	return p.base.Save(dir, a, dtype)
 }
 
-// syncHost copies the store's adapters to the sampler's copy if they changed (p.mu held).
+// syncHost copies the store's adapters to the sampler's copy if they changed (p.mu held). With
+// full fine-tuning it builds a new host model of the store's current weights: new slices, so
+// that the host kernels' transposed copies (cached by weight) are made afresh and the old
+// ones are collected with the old model.
 func (p *PretrainedPolicy) syncHost() error {
 	if !p.stale {
+		return nil
+	}
+	if p.full {
+		w, err := p.graph.BaseWeights()
+		if err != nil {
+			return err
+		}
+		m, err := llm.FromWeights(p.cfg, p.spec.Dir, w)
+		if err != nil {
+			return err
+		}
+		if p.cur, err = p.agent.WithModel(m); err != nil {
+			return err
+		}
+		p.stale = false
 		return nil
 	}
 	if err := p.graph.ExportAdapters(p.host); err != nil {
@@ -260,8 +341,14 @@ func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenSc
 }
 
 // BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference
-// when the run has no warm start.
-func (p *PretrainedPolicy) BaseModel() Model { return pretrainedBase{p} }
+// when the run has no warm start. With full fine-tuning it is a frozen copy of the
+// checkpoint's weights, made on first use (its methods report a failure to make it).
+func (p *PretrainedPolicy) BaseModel() Model {
+	if p.full {
+		return lazyFrozen{p: p, view: "base", host: func() (*llm.Model, error) { return p.base, nil }}
+	}
+	return pretrainedBase{p}
+}
 
 // pretrainedBase is the base view of a PretrainedPolicy (adapters off).
 type pretrainedBase struct{ p *PretrainedPolicy }
@@ -279,6 +366,9 @@ func (b pretrainedBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
 // (warm), the warm-started policy: the base with a frozen copy of the warm start's adapters,
 // saved in dir on first use (PEFT's format) and read back from there on resume.
 func (p *PretrainedPolicy) reference(dir string) (Model, error) {
+	if p.full {
+		return p.fullReference(dir)
+	}
 	if !p.warm {
 		return p.BaseModel(), nil
 	}
@@ -416,16 +506,17 @@ func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view strin
 	return out, nil
 }
 
-// checkFinite reports an adapter weight that holds NaN or Inf.
+// checkFinite reports a trainable weight (an adapter's, or any with full fine-tuning) that
+// holds NaN or Inf.
 func (p *PretrainedPolicy) checkFinite() error {
-	for _, v := range p.graph.AdapterVariables() {
+	for _, v := range p.trainVars() {
 		val, err := v.Value()
 		if err != nil {
 			return err
 		}
 		for _, x := range tensors.MustCopyFlatData[float32](val) {
 			if bad(float64(x)) {
-				return fmt.Errorf("adapter %s holds %v", v.Path(), x)
+				return fmt.Errorf("weight %s holds %v", v.Path(), x)
 			}
 		}
 	}
@@ -458,8 +549,9 @@ func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []strin
 	}
 	vals := slices.Clone(values)
 	slices.Sort(vals)
+	lora := p.graph.LoRA()
 	t := &pretrainedTrainer{p: p, name: name, opt: opt, loss: loss, values: vals, invT: float32(1 / temperature),
-		dropout: p.graph.LoRA().Dropout > 0}
+		dropout: lora != nil && lora.Dropout > 0}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// A checkpoint that holds some of this learner's state must hold all of it; one taken
@@ -495,7 +587,7 @@ func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []strin
 	if err := create(t.statePath("step"), shapes.Make(dtypes.Float32)); err != nil {
 		return nil, err
 	}
-	for _, v := range p.graph.AdapterVariables() {
+	for _, v := range p.trainVars() {
 		for _, m := range []string{"m", "v"} {
 			if err := create(t.statePath(m)+v.Path(), v.Shape()); err != nil {
 				return nil, err
@@ -520,7 +612,7 @@ func (t *pretrainedTrainer) steps() int { return stepCount(t.p.store, t.statePat
 
 // gradGraph: inputs tokens [B, T], lengths [B], one [B, T] per value, one scalar sum per
 // value, and with LoRA dropout an RNG state; outputs the loss, the metrics and the gradient of
-// every adapter variable.
+// every trainable variable (the adapters, or with full fine-tuning every weight).
 func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	g := in[0].Graph()
 	tl := in[0].Shape().Dimensions[1]
@@ -539,7 +631,7 @@ func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph
 	}
 	loss, metrics := evalLoss(t.loss, li, &t.once, &t.metrics)
 	out := append([]*graph.Node{loss}, metrics...)
-	vars := t.p.graph.AdapterVariables()
+	vars := t.p.trainVars()
 	nodes := make([]*graph.Node, len(vars))
 	for i, v := range vars {
 		nodes[i] = v.NodeValue(g)
@@ -547,21 +639,22 @@ func (t *pretrainedTrainer) gradGraph(_ *model.Scope, in []*graph.Node) []*graph
 	return append(out, graph.Gradient(loss, nodes...)...)
 }
 
-// updateGraph: inputs lr and one summed gradient per adapter variable; applies AdamW (no
-// weight decay on LoRA factors unless configured: they all decay alike) and returns the norm.
+// updateGraph: inputs lr and one summed gradient per trainable variable; applies AdamW and
+// returns the norm. The LoRA factors all decay alike; with full fine-tuning the matrices
+// (embeddings, projections, head) decay and the norms and biases do not.
 func (t *pretrainedTrainer) updateGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
 	store := t.p.store
-	vars := t.p.graph.AdapterVariables()
+	vars := t.p.trainVars()
 	params := make([]adamParam, len(vars))
 	for i, v := range vars {
-		params[i] = adamParam{w: v, grad: in[1+i], decay: true,
+		params[i] = adamParam{w: v, grad: in[1+i], decay: !t.p.full || v.Shape().Rank() >= 2,
 			m: store.GetVariable(t.statePath("m") + v.Path()), v: store.GetVariable(t.statePath("v") + v.Path())}
 	}
 	return []*graph.Node{adamW(t.opt.Spec(), in[0], store.GetVariable(t.statePath("step")), params)}
 }
 
 // Step takes one optimizer step on the batch: gradients micro-batch by micro-batch, added up,
-// then one AdamW update of the adapters.
+// then one AdamW update of the adapters (or of every weight, with full fine-tuning).
 func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	start := time.Now()
 	p := t.p
@@ -603,7 +696,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			return agrl.StepStats{}, err
 		}
 	}
-	vars := p.graph.AdapterVariables()
+	vars := p.trainVars()
 	grads := make([][]float32, len(vars))
 	var st agrl.StepStats
 	step := t.steps() + 1
@@ -721,9 +814,13 @@ type pretrainedJSON struct {
 	Stage   string   `json:"stage,omitempty"`
 	Step    int      `json:"step,omitempty"`
 	SFTStep int      `json:"sft_step,omitempty"`
+	// Full is set for full fine-tuning: the checkpoint holds the whole model (config.json,
+	// model.safetensors, the tokenizer files) instead of adapters, and the LoRA fields are zero.
+	Full bool `json:"full,omitempty"`
 }
 
-// Save writes the adapters and the optimizer state as a new checkpoint in dir, atomically,
+// Save writes the adapters (with full fine-tuning, the whole model as a Hugging Face model
+// directory) and the optimizer state as a new checkpoint in dir, atomically,
 // keeping the two newest and the warm start's (see Policy.Save for the layout of a checkpoint
 // directory).
 func (p *PretrainedPolicy) Save(dir string) (string, error) {
@@ -736,11 +833,12 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	if err := p.syncHost(); err != nil {
 		return "", err
 	}
-	lora := p.graph.LoRA()
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.spec.Dir, Arch: p.cfg.Architecture,
-		Saved: time.Now().UTC(), Rank: lora.Rank, Alpha: lora.Alpha, Targets: lora.TargetModules,
-		Dropout: lora.Dropout, System: p.spec.System, MicroBatch: p.spec.MicroBatch,
-		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep}
+		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
+		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full}
+	if lora := p.graph.LoRA(); lora != nil {
+		meta.Rank, meta.Alpha, meta.Targets, meta.Dropout = lora.Rank, lora.Alpha, lora.TargetModules, lora.Dropout
+	}
 	return commitCheckpoint(dir, func(tmp string) error {
 		b, err := json.MarshalIndent(meta, "", "  ")
 		if err != nil {
@@ -749,7 +847,11 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 		if err := writeFileSync(filepath.Join(tmp, policyFile), b); err != nil {
 			return err
 		}
-		if err := p.host.Save(tmp); err != nil {
+		if p.full {
+			if err := p.cur.Model().Save(tmp, nil, hf.F32); err != nil {
+				return err
+			}
+		} else if err := p.host.Save(tmp); err != nil {
 			return err
 		}
 		opt := map[string]hf.Tensor{}
@@ -777,8 +879,9 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	})
 }
 
-// restore reads a checkpoint written by saveMarked into p: the adapters into the store (and
-// the sampler's copy), the optimizer state for the learner to take.
+// restore reads a checkpoint written by saveMarked into p: the adapters (or with full
+// fine-tuning the weights) into the store and the sampler's copy, the optimizer state for the
+// learner to take.
 func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 	var meta pretrainedJSON
 	b, err := os.ReadFile(filepath.Join(ckdir, policyFile))
@@ -794,14 +897,23 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 	if meta.Format != policyFormat {
 		return meta, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)
 	}
-	a, err := llm.LoadAdapters(ckdir, p.base)
-	if err != nil {
+	if err := p.checkKind(meta.Full); err != nil {
 		return meta, err
 	}
-	if err := p.graph.SetAdapters(a); err != nil {
-		return meta, err
+	var a *llm.Adapters
+	if p.full {
+		if err := p.restoreFull(ckdir); err != nil {
+			return meta, err
+		}
+	} else {
+		if a, err = llm.LoadAdapters(ckdir, p.base); err != nil {
+			return meta, err
+		}
+		if err := p.graph.SetAdapters(a); err != nil {
+			return meta, err
+		}
+		a.BaseModel = p.spec.Dir
 	}
-	a.BaseModel = p.spec.Dir
 	f, err := hf.Open(filepath.Join(ckdir, optimizerFile))
 	if err != nil {
 		return meta, err
@@ -820,7 +932,10 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 		}
 		state[name] = v
 	}
-	p.host, p.stale, p.optState = a, false, state
+	if !p.full {
+		p.host = a
+	}
+	p.stale, p.optState = false, state
 	return meta, nil
 }
 
@@ -847,6 +962,9 @@ func LoadModel(dir, backend string) (Model, error) {
 	}
 	spec := agrl.Pretrained(meta.Model).LoRA(meta.Rank, meta.Alpha).Targets(meta.Targets...).Dropout(meta.Dropout).
 		System(meta.System).Backend(backend)
+	if meta.Full {
+		spec = agrl.Pretrained(meta.Model).Full().System(meta.System).Backend(backend)
+	}
 	if meta.MicroBatch > 0 {
 		spec = spec.MicroBatch(meta.MicroBatch)
 	}

@@ -1,10 +1,12 @@
 package llm
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"agrl.dev/agrl/hf"
 )
@@ -69,12 +71,67 @@ func Load(dir string) (*Model, error) {
 		return nil, fmt.Errorf("llm: %s: %w", dir, err)
 	}
 
+	m, err := build(cfg, dir, ck.Float32s)
+	if err != nil {
+		return nil, fmt.Errorf("llm: %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// FromWeights makes a model of cfg from weights held in memory: every tensor cfg.Tensors()
+// lists, by the name and in the row-major layout transformers saves it under (as Weights
+// returns them), and none other. A missing, unexpected or mis-sized tensor, or a NaN or
+// infinite weight, is an error naming it. The model keeps the slices (it does not copy them):
+// the caller must not modify them afterwards. dir is the model directory the weights belong
+// to, from which Save copies the tokenizer files ("" for none). It is how a trainer that
+// updates every weight (full fine-tuning) hands the sampler its current weights.
+func FromWeights(cfg hf.Config, dir string, weights map[string][]float32) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("llm: FromWeights: %w", err)
+	}
+	specs := cfg.Tensors()
+	want := make(map[string]int, len(specs))
+	for _, s := range specs {
+		n := 1
+		for _, d := range s.Shape {
+			n *= d
+		}
+		want[s.Name] = n
+	}
+	var errs []error
+	for _, s := range specs {
+		w, ok := weights[s.Name]
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("tensor %s missing", s.Name))
+		case len(w) != want[s.Name]:
+			errs = append(errs, fmt.Errorf("tensor %s has %d values; its shape %v has %d", s.Name, len(w), s.Shape, want[s.Name]))
+		}
+	}
+	for name := range weights {
+		if _, ok := want[name]; !ok {
+			errs = append(errs, fmt.Errorf("unexpected tensor %s", name))
+		}
+	}
+	if len(errs) > 0 {
+		slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+		return nil, fmt.Errorf("llm: FromWeights: %w", errors.Join(errs...))
+	}
+	m, err := build(cfg, dir, func(name string) ([]float32, error) { return weights[name], nil })
+	if err != nil {
+		return nil, fmt.Errorf("llm: FromWeights: %w", err)
+	}
+	return m, nil
+}
+
+// build assembles a model of cfg from the tensors get returns by name (checked finite).
+func build(cfg hf.Config, dir string, get func(name string) ([]float32, error)) (*Model, error) {
 	var readErr error
 	read := func(name string) []float32 {
 		if readErr != nil {
 			return nil
 		}
-		w, err := ck.Float32s(name)
+		w, err := get(name)
 		if err != nil {
 			readErr = err
 			return nil
@@ -127,7 +184,7 @@ func Load(dir string) (*Model, error) {
 		m.head = read("lm_head.weight")
 	}
 	if readErr != nil {
-		return nil, fmt.Errorf("llm: %s: %w", dir, readErr)
+		return nil, readErr
 	}
 	return m, nil
 }

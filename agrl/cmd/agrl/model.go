@@ -161,6 +161,9 @@ func cmdModelExport(args []string, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("-out %s is the base model's directory: exporting there would overwrite the model the adapters belong to", *out)}
 		}
 	}
+	if p.IsFull() && !*merged {
+		return usageError{fmt.Errorf("%s fully fine-tuned its model: there are no adapters to export; use -merged to write the whole model", *runDir)}
+	}
 	if *merged {
 		err = p.SaveMerged(*out, dt)
 	} else {
@@ -170,7 +173,10 @@ func cmdModelExport(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	what := "LoRA adapters (PEFT: adapter_config.json, adapter_model.safetensors)"
-	if *merged {
+	switch {
+	case p.IsFull():
+		what = "fully fine-tuned model (config.json, safetensors, tokenizer)"
+	case *merged:
 		what = "merged model (config.json, safetensors, tokenizer)"
 	}
 	fmt.Fprintf(stdout, "%s: %s of %s at %s\n", *out, what, p.Spec().Dir, p.Checkpoint())

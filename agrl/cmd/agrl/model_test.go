@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -162,6 +163,67 @@ func TestTrainPretrained(t *testing.T) {
 	// A Tiny flag with -model is a usage error.
 	if code, _, stderr := runCLI("train", "--model", fixture, "--screen", "16", "--out", filepath.Join(t.TempDir(), "x")); code != 2 || !strings.Contains(stderr, "-screen does not apply") {
 		t.Errorf("-model with -screen: exit %d: %s", code, stderr)
+	}
+}
+
+// TestTrainPretrainedFull: `agrl train -model DIR -full` fully fine-tunes the fixture (every
+// weight), `agrl play` acts with the trained weights, and `agrl model export -merged` writes
+// them (the checkpoint's, bit for bit); export without -merged and the LoRA flags with -full,
+// or -full without -model, are usage errors.
+func TestTrainPretrainedFull(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, stdout, stderr := runCLI("train", "--env", "calc", "--model", fixture, "--full", "--lr", "1e-3",
+		"--micro-batch", "4", "--steps", "2", "--group", "4", "--tasks", "1", "--eval-tasks", "2", "--eval-every", "0",
+		"--max-action-tokens", "8", "--out", out)
+	if code != 0 {
+		t.Fatalf("train -full: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "full fine-tuning: ") || !strings.Contains(stdout, "before → after") {
+		t.Errorf("train -full output:\n%s\n%s", stderr, stdout)
+	}
+	run, err := agrl.OpenRun(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Config.Pretrained == nil || !run.Config.Pretrained.Full {
+		t.Fatalf("config: pretrained %+v, want full fine-tuning", run.Config.Pretrained)
+	}
+	prev := stdin
+	stdin = strings.NewReader(":task 6*7\n:step\n:quit\n")
+	code, stdout, stderr = runCLI("play", "--run", out, "--temperature", "0")
+	stdin = prev
+	if code != 0 || !strings.Contains(stdout, "(GRPO step 2)") || !strings.Contains(stdout, "turn 1> :step\nagent: ") {
+		t.Fatalf("play -run on a full fine-tuning run: exit %d: %s\n%q", code, stderr, stdout)
+	}
+	if code, _, stderr := runCLI("model", "export", "-run", out, "-out", filepath.Join(t.TempDir(), "peft")); code != 2 || !strings.Contains(stderr, "-merged") {
+		t.Errorf("export of a full run without -merged: exit %d: %s", code, stderr)
+	}
+	merged := filepath.Join(t.TempDir(), "merged")
+	if code, _, stderr := runCLI("model", "export", "-run", out, "-out", merged, "-merged"); code != 0 {
+		t.Fatalf("export -merged: exit %d: %s", code, stderr)
+	}
+	m, err := llm.Load(merged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := llm.Load(filepath.Join(out, "checkpoints", strings.TrimSpace(readFile(t, filepath.Join(out, "checkpoints", "LATEST")))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := llm.Load(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m.Weights(), ck.Weights()) || reflect.DeepEqual(m.Weights(), base.Weights()) {
+		t.Fatal("the exported model is not the checkpoint's trained weights")
+	}
+	for _, bad := range [][]string{
+		{"train", "--model", fixture, "--full", "--lora-rank", "4", "--out", filepath.Join(t.TempDir(), "x")},
+		{"train", "--full", "--out", filepath.Join(t.TempDir(), "y")},
+	} {
+		if code, _, stderr := runCLI(bad...); code != 2 || !strings.Contains(stderr, "appl") {
+			t.Errorf("%v: exit %d, want 2: %s", bad, code, stderr)
+		}
 	}
 }
 

@@ -49,6 +49,7 @@ type trainFlags struct {
 	model           string
 	loraRank, micro int
 	loraAlpha       float64
+	full            bool // -full: train every weight of the -model, not LoRA adapters
 	// given lists the flags that args set explicitly, each between "|" (a string, so that
 	// trainFlags stays comparable: the sweep keys maps by it).
 	given string
@@ -185,6 +186,7 @@ func (f *trainFlags) register(fs interface {
 	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model (a directory, or a hub id such as Qwen/Qwen3-0.6B, downloaded once into $AGRL_HUB_CACHE; HF_ENDPOINT and HF_TOKEN apply) — Qwen3, Qwen2.5, Llama 3.x, SmolLM2 — with LoRA instead of the Tiny model; task screening is off, and the warm start too unless -sft-steps is given (it then trains the adapters on the demonstrations in the model's own chat format)")
 	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
 	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
+	fs.BoolVar(&f.full, "full", false, "fully fine-tune the -model (every weight trained, no LoRA adapters; for small models: 16 bytes a parameter for the weights, gradients and AdamW, plus copies for the sampler and the KL reference); checkpoints are then whole model directories")
 	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
 	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
@@ -291,6 +293,14 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			errs = append(errs, err)
 		}
 		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro)
+		if f.full {
+			for _, name := range []string{"lora-rank", "lora-alpha"} {
+				if strings.Contains(f.given, "|"+name+"|") {
+					errs = append(errs, fmt.Errorf("-%s does not apply to -full (no adapters)", name))
+				}
+			}
+			p = p.Full()
+		}
 		if f.backend != "" {
 			p = p.Backend(f.backend)
 		}
@@ -298,6 +308,12 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		f.from = ""
 		if !strings.Contains(f.given, "|sft-steps|") { // a warm start in the model's own format only when asked for
 			f.sftSteps = 0
+		}
+	} else {
+		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch"} {
+			if strings.Contains(f.given, "|"+name+"|") {
+				errs = append(errs, fmt.Errorf("-%s applies to a pretrained -model only", name))
+			}
 		}
 	}
 	switch {
@@ -382,8 +398,12 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 	if !f.quiet {
 		if p := tr.Pretrained(); p != nil {
 			c := p.Config()
-			fmt.Fprintf(stderr, "training %s on %s (%s, %d layers, hidden %d; LoRA r=%d: %d trainable params; backend %s) into %s\n",
-				f.env, f.model, c.Architecture, c.NumHiddenLayers, c.HiddenSize, p.Spec().LoRA.Rank, p.AdapterParams(), p.BackendConfig(), f.out)
+			how := fmt.Sprintf("LoRA r=%d", p.Spec().LoRA.Rank)
+			if p.IsFull() {
+				how = "full fine-tuning"
+			}
+			fmt.Fprintf(stderr, "training %s on %s (%s, %d layers, hidden %d; %s: %d trainable params; backend %s) into %s\n",
+				f.env, f.model, c.Architecture, c.NumHiddenLayers, c.HiddenSize, how, p.TrainableParams(), p.BackendConfig(), f.out)
 		} else {
 			fmt.Fprintf(stderr, "training %s on %s (%d params, backend %s) into %s\n", f.env, f.preset,
 				tr.Policy().Config().Params(), tr.Policy().BackendConfig(), f.out)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"agrl.dev/agrl/hf"
@@ -198,6 +199,94 @@ func (m *Model) BaseVariables() []*model.Variable {
 		}
 	}
 	return vs
+}
+
+// TrainBase makes the base weights trainable (on true) or frozen again: with them trainable,
+// an optimizer's UpdateGraph over the store's trainable variables, or graph.Gradient over
+// BaseVariables, fine-tunes the whole model (full fine-tuning; adapters, if any, stay
+// trainable too). Base's view reads the same variables, so once they are trained it no longer
+// computes the checkpoint: a full fine-tuning's reference policy needs weights of its own (a
+// second model under another scope).
+func (m *Model) TrainBase(on bool) {
+	for _, v := range m.BaseVariables() {
+		v.SetTrainable(on)
+	}
+}
+
+// BaseWeights returns a copy of the base weights by their checkpoint names, each row-major in
+// the checkpoint's layout (projections transposed back to [out, in]): what llm.FromWeights and
+// llm.Model.Save take. With tied embeddings there is no lm_head entry.
+func (m *Model) BaseWeights() (map[string][]float32, error) {
+	out := map[string][]float32{}
+	for _, spec := range m.cfg.Tensors() {
+		v := m.store.GetVariable(m.basePath(spec.Name))
+		if v == nil {
+			return nil, fmt.Errorf("hfgraph: BaseWeights: variable %s missing from the store", m.basePath(spec.Name))
+		}
+		val, err := v.Value()
+		if err != nil {
+			return nil, fmt.Errorf("hfgraph: BaseWeights: %s: %w", v.Path(), err)
+		}
+		data := tensors.MustCopyFlatData[float32](val)
+		if isProjection(spec.Name) { // stored [in, out]
+			data = transpose(data, spec.Shape[1], spec.Shape[0])
+		}
+		out[spec.Name] = data
+	}
+	return out, nil
+}
+
+// SetBaseWeights replaces the values of the base weights with w, which must hold every tensor
+// of the checkpoint's layout (BaseWeights' form), each of its shape's size and finite, and no
+// other; nothing is changed when one is not.
+func (m *Model) SetBaseWeights(w map[string][]float32) error {
+	specs := m.cfg.Tensors()
+	var errs []error
+	for _, spec := range specs {
+		data, ok := w[spec.Name]
+		n := 1
+		for _, d := range spec.Shape {
+			n *= d
+		}
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("tensor %s missing", spec.Name))
+		case len(data) != n:
+			errs = append(errs, fmt.Errorf("tensor %s has %d values for shape %v", spec.Name, len(data), spec.Shape))
+		default:
+			for i, x := range data {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					errs = append(errs, fmt.Errorf("tensor %s: element %d is %v", spec.Name, i, x))
+					break
+				}
+			}
+		}
+	}
+	if len(w) > len(specs) {
+		known := map[string]bool{}
+		for _, spec := range specs {
+			known[spec.Name] = true
+		}
+		for name := range w {
+			if !known[name] {
+				errs = append(errs, fmt.Errorf("unexpected tensor %s", name))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("hfgraph: SetBaseWeights: %w", errors.Join(errs...))
+	}
+	for _, spec := range specs {
+		data, dims := slices.Clone(w[spec.Name]), spec.Shape
+		if isProjection(spec.Name) {
+			data, dims = transpose(w[spec.Name], dims[0], dims[1]), []int{dims[1], dims[0]}
+		}
+		v := m.variable(m.basePath(spec.Name))
+		if err := v.SetValue(tensors.FromFlatDataAndDimensions(data, dims...)); err != nil {
+			return fmt.Errorf("hfgraph: SetBaseWeights: %s: %w", v.Path(), err)
+		}
+	}
+	return nil
 }
 
 func (m *Model) basePath(name string) string { return m.scope + "/base/" + name }

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 
 	"agrl.dev/agrl"
@@ -190,6 +191,22 @@ func (p *Policy) Adapters(a *llm.Adapters) (*Policy, error) {
 	m, err := p.model.WithAdapters(a)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
+	}
+	q := *p
+	q.model = m
+	return &q, nil
+}
+
+// WithModel returns a copy of the policy that samples from m instead: the same tokenizer,
+// chat format and settings, for a model of the same shapes — another model's weights (a
+// fully fine-tuned copy, say). It is an error if m's configuration differs from the policy's
+// model's in anything but its weights' values.
+func (p *Policy) WithModel(m *llm.Model) (*Policy, error) {
+	if m == nil {
+		return nil, errors.New("agent: WithModel: nil model")
+	}
+	if !reflect.DeepEqual(m.Config(), p.model.Config()) {
+		return nil, errors.New("agent: WithModel: the model's configuration differs from the policy's")
 	}
 	q := *p
 	q.model = m

@@ -1,0 +1,201 @@
+package learn
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/learn/hfgraph"
+	"agrl.dev/agrl/llm"
+	"agrl.dev/agrl/llm/agent"
+)
+
+// Full fine-tuning of a pretrained policy (agrl.PretrainedLM.Full). Every base weight in the
+// store is trainable and the optimizer updates them all; after an update the sampler gets a
+// host model of the new weights (syncHost). The adapters' shortcuts do not hold: the base view
+// of the store's variables is the trained model, so the pretrained model and GRPO's KL
+// reference are frozen copies — their own variables under their own store scopes, and their
+// own host models for rollouts.
+
+// pretrainedFrozen is a frozen copy of a pretrained model's weights: the checkpoint's (view
+// "base") or the warm-started ones (view "reference").
+type pretrainedFrozen struct {
+	p     *PretrainedPolicy
+	view  string
+	graph *hfgraph.Model
+	agent *agent.Policy
+}
+
+func (f *pretrainedFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	return f.agent.Rollout(env, tasks, opt)
+}
+func (f *pretrainedFrozen) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	return f.p.score(seqs, temperature, f.view, f.graph)
+}
+func (f *pretrainedFrozen) BackendConfig() string      { return f.p.backendConfig }
+func (f *pretrainedFrozen) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
+
+// frozenModel returns the frozen copy named view, making it from host's weights on first use
+// (a second copy of the weights in the store, under /hf_<view>).
+func (p *PretrainedPolicy) frozenModel(view string, host func() (*llm.Model, error)) (*pretrainedFrozen, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f := p.frozen[view]; f != nil {
+		return f, nil
+	}
+	m, err := host()
+	if err != nil {
+		return nil, err
+	}
+	g, err := hfgraph.FromLLM(p.store, pretrainedScope+"_"+view, m)
+	if err != nil {
+		return nil, fmt.Errorf("agrl: the frozen %s model: %w", view, err)
+	}
+	ag, err := p.agent.WithModel(m)
+	if err != nil {
+		return nil, err
+	}
+	f := &pretrainedFrozen{p: p, view: view, graph: g, agent: ag}
+	p.frozen[view] = f
+	return f, nil
+}
+
+// lazyFrozen is a frozen copy made on first use (BaseModel of a fully fine-tuned policy).
+type lazyFrozen struct {
+	p    *PretrainedPolicy
+	view string
+	host func() (*llm.Model, error)
+}
+
+func (l lazyFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	f, err := l.p.frozenModel(l.view, l.host)
+	if err != nil {
+		return nil, agrl.RolloutStats{}, err
+	}
+	return f.Rollout(env, tasks, opt)
+}
+func (l lazyFrozen) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	f, err := l.p.frozenModel(l.view, l.host)
+	if err != nil {
+		return nil, err
+	}
+	return f.Score(seqs, temperature)
+}
+func (l lazyFrozen) BackendConfig() string      { return l.p.backendConfig }
+func (l lazyFrozen) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
+
+// fullReference is GRPO's KL reference under full fine-tuning: a frozen copy of the
+// checkpoint's weights, or after a warm start of the warm-started ones, saved in dir on first
+// use (a Hugging Face model directory, float32, written whole before it is renamed into place)
+// and read back from there on resume.
+func (p *PretrainedPolicy) fullReference(dir string) (Model, error) {
+	view, host := "base", func() (*llm.Model, error) { return p.base, nil }
+	if p.warm {
+		view, host = "reference", func() (*llm.Model, error) { return p.warmWeights(dir) }
+	}
+	f, err := p.frozenModel(view, host)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// warmWeights are the warm-started weights of the KL reference: read from dir, or saved there
+// on first use (p.mu held).
+func (p *PretrainedPolicy) warmWeights(dir string) (*llm.Model, error) {
+	{
+		if _, err := os.Stat(dir); err == nil {
+			m, err := p.readFullWeights(dir)
+			if err != nil {
+				return nil, fmt.Errorf("agrl: the KL reference (the warm-started weights) in %s: %w", dir, err)
+			}
+			return m, nil
+		}
+		if p.loaded.Stage == StageGRPO && p.loaded.Step > 0 {
+			return nil, fmt.Errorf("agrl: the KL reference (the warm-started weights) is missing from %s, and this run resumes at GRPO step %d, whose weights are not the warm start's: restore the directory, or resume from the warm start's checkpoint", dir, p.loaded.Step)
+		}
+		if err := p.syncHost(); err != nil { // p.mu is held by frozenModel
+			return nil, err
+		}
+		m := p.cur.Model()
+		if err := saveModelDir(dir, m); err != nil {
+			return nil, fmt.Errorf("agrl: saving the KL reference (the warm-started weights): %w", err)
+		}
+		return m, nil
+	}
+}
+
+// saveModelDir writes m (float32) as a Hugging Face model directory at dir, which must not
+// exist: into a temporary directory beside it first, renamed into place once complete, so that
+// an interrupted save leaves no directory at dir.
+func saveModelDir(dir string, m *llm.Model) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), tmpPrefix)
+	if err != nil {
+		return err
+	}
+	if err := m.Save(tmp, nil, hf.F32); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		_ = os.RemoveAll(tmp)
+		return err
+	}
+	return nil
+}
+
+// readFullWeights reads the weights of a fully fine-tuned model from dir (a checkpoint or the
+// reference: a Hugging Face model directory of this policy's shapes) into a host model that
+// keeps the model directory's tokenizer files for saving.
+func (p *PretrainedPolicy) readFullWeights(dir string) (*llm.Model, error) {
+	ck, err := hf.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer ck.Close()
+	if err := p.cfg.Check(ck); err != nil {
+		return nil, fmt.Errorf("its weights are not %s's: %w", p.spec.Dir, err)
+	}
+	w := map[string][]float32{}
+	for _, spec := range p.cfg.Tensors() {
+		if w[spec.Name], err = ck.Float32s(spec.Name); err != nil {
+			return nil, err
+		}
+	}
+	return llm.FromWeights(p.cfg, p.spec.Dir, w)
+}
+
+// restoreFull reads the weights of a full fine-tuning checkpoint into the store and the
+// sampler (p.mu not held; restore runs before the policy is shared).
+func (p *PretrainedPolicy) restoreFull(ckdir string) error {
+	m, err := p.readFullWeights(ckdir)
+	if err != nil {
+		return err
+	}
+	if err := p.graph.SetBaseWeights(m.WeightsView()); err != nil {
+		return err
+	}
+	cur, err := p.agent.WithModel(m)
+	if err != nil {
+		return err
+	}
+	p.cur = cur
+	return nil
+}
+
+// checkKind reports a checkpoint of the other kind of training (LoRA or full fine-tuning).
+func (p *PretrainedPolicy) checkKind(full bool) error {
+	switch {
+	case full && !p.full:
+		return errors.New("a checkpoint of a fully fine-tuned model, not of LoRA adapters (train it with agrl.PretrainedLM.Full)")
+	case !full && p.full:
+		return errors.New("a checkpoint of LoRA adapters, not of a fully fine-tuned model (train it without agrl.PretrainedLM.Full)")
+	}
+	return nil
+}

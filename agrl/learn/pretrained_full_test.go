@@ -1,0 +1,309 @@
+package learn
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
+	"agrl.dev/envs/calc"
+)
+
+// fullGRPO fully fine-tunes the tiny Qwen3 on calc tasks with a reward for short actions (the
+// LoRA test's run, every weight trained).
+func fullGRPO(t *testing.T, out string) agrl.GRPO {
+	g := pretrainedGRPO(t, out).Pretrained(agrl.Pretrained(tinyQwen3(t)).Full().MicroBatch(4))
+	return g.Optimizer(g.Spec().Optimizer.LR(2e-3).WeightDecay(0.1))
+}
+
+// TestPretrainedFullFineTuning: GRPO that trains every weight of a pretrained-format
+// checkpoint, end to end on calc — finite losses, KL 0 to the frozen copy of the checkpoint at
+// the first step and > 0 after updates, every weight moved (norms included) while the
+// checkpoint on disk and the reference stay the pretrained model, the sampler's log-probs after
+// training equal the scorer's (the host copy follows the store), checkpoints that are Hugging
+// Face model directories holding the trained weights bit for bit, LoadModel and SaveMerged,
+// and a run stopped after step 1 and resumed that ends bit-identical to one that did not stop.
+func TestPretrainedFullFineTuning(t *testing.T) {
+	dir := t.TempDir()
+	tr, err := Build(fullGRPO(t, filepath.Join(dir, "straight")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.History) != 3 {
+		t.Fatalf("%d steps logged, want 3", len(res.History))
+	}
+	for _, m := range res.History {
+		for _, k := range []string{agrl.MetricLoss, agrl.MetricGradNorm, agrl.MetricKL, agrl.MetricEntropy} {
+			if bad(m[k]) {
+				t.Errorf("step %v: %s = %v", m.Step(), k, m[k])
+			}
+		}
+	}
+	if kl := res.History[0][agrl.MetricKL]; kl > 1e-6 {
+		t.Errorf("KL to the pretrained model at step 1 = %v, want 0", kl)
+	}
+	if kl := res.History[2][agrl.MetricKL]; !(kl > 0) {
+		t.Errorf("KL to the pretrained model after two updates = %v, want > 0", kl)
+	}
+	for step := 1; step <= 3; step++ {
+		s, err := agrl.InspectStep(filepath.Join(dir, "straight"), step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(1e-5); err != nil {
+			t.Error(err)
+		}
+	}
+
+	pre := tr.Pretrained()
+	if !pre.IsFull() || pre.AdapterParams() != 0 {
+		t.Fatalf("IsFull %v, %d adapter params: want a fully fine-tuned policy without adapters", pre.IsFull(), pre.AdapterParams())
+	}
+	base, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := base.Weights()
+	n := 0
+	for _, w := range want {
+		n += len(w)
+	}
+	if got := pre.TrainableParams(); got != n {
+		t.Errorf("TrainableParams %d, want every weight's %d", got, n)
+	}
+	trained, err := pre.Graph().BaseWeights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, w := range want {
+		if reflect.DeepEqual(trained[name], w) {
+			t.Errorf("weight %s did not change in training", name)
+		}
+	}
+	// The checkpoint on disk is untouched, and so is the pretrained model the base view scores.
+	if again, err := llm.Load(tinyQwen3(t)); err != nil || !reflect.DeepEqual(again.Weights(), want) {
+		t.Fatalf("the model directory changed (%v)", err)
+	}
+
+	// The sampler samples from the trained weights: its log-probs are the scorer's.
+	env := calc.New()
+	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
+	eps, _, err := pre.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scores, err := pre.Score(tokensOf(eps), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseScores, err := pre.BaseModel().Score(tokensOf(eps), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostBase, err := base.Logits(eps[0].Tokens[:len(eps[0].Tokens)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	differs := false
+	for i, ep := range eps {
+		for j := 1; j < len(ep.Tokens); j++ {
+			if ep.LossMask[j] == 0 {
+				continue
+			}
+			if d := math.Abs(float64(scores[i].LogProbs[j-1] - ep.LogProbs[j])); d > 1e-4 {
+				t.Fatalf("episode %d token %d: scorer %v, sampler %v", i, j, scores[i].LogProbs[j-1], ep.LogProbs[j])
+			}
+			differs = differs || math.Abs(float64(baseScores[i].LogProbs[j-1]-ep.LogProbs[j])) > 1e-3
+		}
+	}
+	if !differs {
+		t.Fatal("the base model scores like the trained one")
+	}
+	// The base view is the pretrained model: its log-probs are the host model's of the file.
+	for j := 1; j < len(eps[0].Tokens); j++ {
+		wantLP := logSoftmaxAt(hostBase[j-1], int(eps[0].Tokens[j]), 1/0.9)
+		if d := math.Abs(float64(baseScores[0].LogProbs[j-1]) - wantLP); d > 1e-4 {
+			t.Fatalf("base view token %d: %v, the checkpoint's %v", j, baseScores[0].LogProbs[j-1], wantLP)
+		}
+	}
+
+	// Checkpoints are model directories of the trained weights, and need no reference copy.
+	ck := Checkpoints(filepath.Join(dir, "straight", "checkpoints"))
+	if len(ck) == 0 {
+		t.Fatal("no checkpoint")
+	}
+	for _, f := range []string{"config.json", "model.safetensors", "tokenizer.json", optimizerFile, policyFile} {
+		if _, err := os.Stat(filepath.Join(ck[0], f)); err != nil {
+			t.Errorf("checkpoint: %v", err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ck[0], "adapter_model.safetensors")); err == nil {
+		t.Error("a full fine-tuning checkpoint holds adapters")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "straight", "checkpoints", "reference")); err == nil {
+		t.Error("a reference was saved for a run whose reference is the model directory")
+	}
+	onDisk, err := llm.Load(ck[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(onDisk.Weights(), trained) {
+		t.Fatal("the checkpoint's weights differ from the trained ones")
+	}
+	var cfg agrl.GRPOConfig
+	run, err := agrl.OpenRun(filepath.Join(dir, "straight"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(run.ConfigJSON, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Pretrained == nil || !cfg.Pretrained.Full || cfg.Pretrained.Rank != 0 {
+		t.Fatalf("config.json pretrained = %+v, want full fine-tuning", cfg.Pretrained)
+	}
+	m, err := LoadModel(filepath.Join(dir, "straight", "checkpoints"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lp, ok := m.(*PretrainedPolicy); !ok || !lp.IsFull() {
+		t.Fatalf("LoadModel gave %T, want a fully fine-tuned policy", m)
+	}
+	if _, err := pre.Adapters(); err == nil || !strings.Contains(err.Error(), "no LoRA adapters") {
+		t.Errorf("Adapters of a fully fine-tuned policy: %v", err)
+	}
+	merged := filepath.Join(dir, "merged")
+	if err := pre.SaveMerged(merged, hf.F32); err != nil {
+		t.Fatal(err)
+	}
+	if mm, err := llm.Load(merged); err != nil || !reflect.DeepEqual(mm.Weights(), trained) {
+		t.Fatalf("SaveMerged: %v (or other weights)", err)
+	}
+
+	// A LoRA checkpoint does not resume a full fine-tuning, nor the other way round.
+	if _, err := loadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 1, filepath.Join(dir, "straight", "checkpoints"), nil); err == nil ||
+		!strings.Contains(err.Error(), "fully fine-tuned") {
+		t.Errorf("LoRA policy from a full checkpoint: %v", err)
+	}
+
+	// Resume: stop after step 1, run the same configuration again.
+	g := fullGRPO(t, filepath.Join(dir, "resumed"))
+	trainUntil(t, g, 1)
+	tr2, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr2.StepNumber() != 1 {
+		t.Fatalf("resumed at step %d, want 1", tr2.StepNumber())
+	}
+	res2, err := tr2.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
+	w2, err := tr2.Pretrained().Graph().BaseWeights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(w2, trained) {
+		t.Fatal("the resumed run's weights differ from the uninterrupted run's")
+	}
+}
+
+// logSoftmaxAt is log-softmax(z·invT)[k] in float64.
+func logSoftmaxAt(z []float32, k int, invT float64) float64 {
+	hi := math.Inf(-1)
+	for _, v := range z {
+		hi = math.Max(hi, float64(v)*invT)
+	}
+	s := 0.0
+	for _, v := range z {
+		s += math.Exp(float64(v)*invT - hi)
+	}
+	return float64(z[k])*invT - hi - math.Log(s)
+}
+
+// TestPretrainedFullWarmStart: a warm start that trains every weight, then GRPO whose KL
+// reference is the warm-started model — saved once as a model directory in
+// checkpoints/reference, read back on resume (bit-identical histories), and required when a
+// run resumes past the warm start.
+func TestPretrainedFullWarmStart(t *testing.T) {
+	dir := t.TempDir()
+	g := func(out string) agrl.GRPO {
+		return fullGRPO(t, out).WarmStart(agrl.SFT().Steps(12).Batch(4).Optimizer(agrl.NewAdamW().LR(3e-3)),
+			agrl.Demo{Name: "expert", Agent: calc.Expert(), Weight: 1}).DemoEpisodes(32).Steps(2)
+	}
+	var sft []agrl.StepStats
+	tr, err := Build(g(filepath.Join(dir, "straight")).OnSFTStep(func(p agrl.SFTProgress) { sft = append(sft, p.Stats) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sft) != 12 {
+		t.Fatalf("%d SFT steps reported, want 12", len(sft))
+	}
+	first, last := sft[0], sft[len(sft)-1]
+	t.Logf("SFT: nll %.3f → %.3f, token accuracy %.3f → %.3f", first.Metrics["nll"], last.Metrics["nll"], first.Metrics["accuracy"], last.Metrics["accuracy"])
+	if !(last.Metrics["nll"] < 0.6*first.Metrics["nll"]) {
+		t.Errorf("the warm start did not learn: nll %.3f → %.3f", first.Metrics["nll"], last.Metrics["nll"])
+	}
+	if kl := res.History[0][agrl.MetricKL]; kl > 1e-6 {
+		t.Errorf("KL to the reference at the first GRPO step = %v, want 0 (the reference is the warm start)", kl)
+	}
+	ref := filepath.Join(dir, "straight", "checkpoints", "reference")
+	refModel, err := llm.Load(ref)
+	if err != nil {
+		t.Fatalf("the reference was not saved as a model directory: %v", err)
+	}
+	pretrained, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reflect.DeepEqual(refModel.Weights(), pretrained.Weights()) {
+		t.Error("the saved reference is the pretrained model, not the warm start")
+	}
+
+	rg := g(filepath.Join(dir, "resumed"))
+	trainUntil(t, rg, 1)
+	res2 := train(t, rg)
+	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
+
+	if err := os.RemoveAll(filepath.Join(dir, "resumed", "checkpoints", "reference")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trainErr(t, g(filepath.Join(dir, "resumed")).Steps(3)); err == nil || !strings.Contains(err.Error(), "KL reference") {
+		t.Errorf("resuming at step 2 without the reference: %v, want an error naming it", err)
+	}
+}
+
+// TestPretrainedFullValidation: full fine-tuning refuses LoRA dropout; LoRA after Full trains
+// adapters again.
+func TestPretrainedFullValidation(t *testing.T) {
+	dir := tinyQwen3(t)
+	if err := agrl.Pretrained(dir).Full().Dropout(0.1).Validate(); err == nil || !strings.Contains(err.Error(), "full fine-tuning") {
+		t.Errorf("Full with dropout: %v, want an error", err)
+	}
+	if err := agrl.Pretrained(dir).Full().LoRA(0, 8).Validate(); err == nil {
+		t.Error("LoRA(0, 8) after Full validated: LoRA should undo Full and check its rank")
+	}
+	if s := agrl.Pretrained(dir).Full().Spec(); !s.Full {
+		t.Error("Spec().Full not set")
+	}
+}
