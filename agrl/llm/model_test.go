@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -136,5 +137,39 @@ func TestLlama3Variant(t *testing.T) {
 	}
 	if &m.head[0] != &m.embed[0] {
 		t.Error("tied LM head is not the embedding matrix")
+	}
+}
+
+// TestFromWeights: a model made from another's weights computes its logits bit for bit and
+// shares the slices it was given; a missing, unexpected or mis-sized tensor is an error naming
+// each, and so is a NaN weight.
+func TestFromWeights(t *testing.T) {
+	m := loadVariant(t, "qwen3")
+	ids := []int32{1, 2, 3, 50, 40}
+	w := m.Weights()
+	back, err := FromWeights(m.Config(), "", w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sameBits(mustLogits(t, back, ids), mustLogits(t, m, ids)) {
+		t.Fatal("other logits from the same weights")
+	}
+	if &back.WeightsView()["model.norm.weight"][0] != &w["model.norm.weight"][0] {
+		t.Error("FromWeights copied the weights")
+	}
+	bad := m.Weights()
+	delete(bad, "model.norm.weight")
+	bad["model.extra"] = []float32{1}
+	bad["model.layers.0.mlp.up_proj.weight"] = bad["model.layers.0.mlp.up_proj.weight"][1:]
+	_, err = FromWeights(m.Config(), "", bad)
+	for _, want := range []string{"model.norm.weight missing", "unexpected tensor model.extra", "model.layers.0.mlp.up_proj.weight has"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("FromWeights with bad tensors: %v, want %q", err, want)
+		}
+	}
+	nan := m.Weights()
+	nan["model.layers.1.self_attn.k_proj.weight"][7] = float32(math.NaN())
+	if _, err := FromWeights(m.Config(), "", nan); err == nil || !strings.Contains(err.Error(), "k_proj.weight: element 7 is NaN") {
+		t.Errorf("FromWeights with a NaN: %v", err)
 	}
 }

@@ -35,17 +35,30 @@ func scalar(t testing.TB, x *tensors.Tensor) float64 {
 // the coordinates to have gradients well above that (> 3e-3) so the check is not vacuous.
 func TestGradients(t *testing.T) {
 	for _, name := range []string{"qwen3", "qwen2", "llama-sharded"} {
-		t.Run(name, func(t *testing.T) { gradCheck(t, name) })
+		t.Run(name, func(t *testing.T) { gradCheck(t, name, false) })
 	}
 }
 
-func gradCheck(t *testing.T, name string) {
+// TestBaseGradients is TestGradients for full fine-tuning: the gradient with respect to the
+// base weights (embeddings, projections, biases, norms, head), with adapters on, against
+// central finite differences.
+func TestBaseGradients(t *testing.T) {
+	for _, name := range []string{"qwen3", "qwen2", "llama"} {
+		t.Run(name, func(t *testing.T) { gradCheck(t, name, true) })
+	}
+}
+
+// gradCheck checks the gradient with respect to the adapters, or with base the base weights.
+func gradCheck(t *testing.T, name string, base bool) {
 	ref := loadLLM(t, name)
 	g := loadGraph(t, name)
 	if err := g.SetAdapters(randomAdapters(t, ref, 21)); err != nil {
 		t.Fatal(err)
 	}
 	vars := g.AdapterVariables()
+	if base {
+		vars = g.BaseVariables()
+	}
 	seqs := testSeqs(g.Config().VocabSize, 5, 10, 7)
 	tok, lens, err := Pad(seqs, 12)
 	if err != nil {

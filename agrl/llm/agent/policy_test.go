@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -178,5 +179,62 @@ func TestSetters(t *testing.T) {
 	}
 	if _, err := p.Score([]int32{1, 2, 3}, -1); err == nil {
 		t.Error("Score at temperature -1")
+	}
+}
+
+// TestWithModel: a policy given another model of the same shapes samples from it (its scores
+// are that model's) and keeps its settings; a model of other shapes is refused.
+func TestWithModel(t *testing.T) {
+	p := loadPolicy(t, hf.Qwen2, nil).System("Be brief.")
+	w := p.Model().Weights()
+	for _, v := range w {
+		for i := range v {
+			v[i] *= 1.5
+		}
+	}
+	other, err := llm.FromWeights(p.Model().Config(), "", w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.WithModel(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Model() != other || p.Model() == other || q.system != "Be brief." {
+		t.Fatal("WithModel did not make a copy with the new model and the old settings")
+	}
+	ids := []int32{1, 2, 3, 4}
+	a, err := p.Score(ids, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := q.Score(ids, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := other.Logits(ids[:3])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(a, b) || len(b) != len(ids) {
+		t.Fatalf("scores with the new model %v, with the old %v", b, a)
+	}
+	for j := 1; j < len(ids); j++ { // entry j is log p(ids[j] | ids[:j]) under the new model
+		z, hi, sum := want[j-1], math.Inf(-1), 0.0
+		for _, v := range z {
+			hi = math.Max(hi, float64(v))
+		}
+		for _, v := range z {
+			sum += math.Exp(float64(v) - hi)
+		}
+		if lp := float64(z[ids[j]]) - hi - math.Log(sum); math.Abs(lp-float64(b[j])) > 1e-5 {
+			t.Fatalf("token %d: score %v, the new model's log-prob %v", j, b[j], lp)
+		}
+	}
+	if _, err := p.WithModel(loadPolicy(t, hf.Llama, nil).Model()); err == nil {
+		t.Error("a model of another configuration was accepted")
+	}
+	if _, err := p.WithModel(nil); err == nil {
+		t.Error("nil model accepted")
 	}
 }
