@@ -3,6 +3,7 @@
 with random weights, timed the same way; prints one JSON line with the same keys.
 
   /usr/bin/python3 scripts/bench_llm_peer.py smollm2-135m      # or qwen3-0.6b, qwen2.5-0.5b
+  /usr/bin/python3 scripts/bench_llm_peer.py smollm2-135m full # the train step fine-tunes every weight
 
   prefill  tokens/s of the forward pass over a 256-token prompt into a KV cache (after a
            16-token warm-up pass)
@@ -12,7 +13,9 @@ with random weights, timed the same way; prints one JSON line with the same keys
            after a warm-up call
   train    tokens/s of one LoRA optimizer step (rank 16, alpha 32, every projection, frozen
            base) on 4 sequences of 256 tokens: forward, log-softmax of the targets, a
-           policy-gradient loss, backward, AdamW — the median of 3 steps after a warm-up step
+           policy-gradient loss, backward, AdamW — the median of 3 steps after a warm-up step;
+           with "full", every weight is trained instead (embeddings, projections, biases,
+           norms), as agrl's TestLLMThroughput does with AGRL_BENCH_FULL=1
 
 The decoder is written here in plain PyTorch from the architectures' definitions (RMSNorm,
 rotate-half RoPE, grouped-query causal attention, SwiGLU, Qwen2's q/k/v biases, Qwen3's q/k
@@ -95,6 +98,19 @@ class Model:
                 ps += L[k].add_lora(g)
         return ps
 
+    def all_params(self):
+        """Every weight, made trainable (full fine-tuning)."""
+        ps = [self.embed, self.norm]
+        for L in self.layers:
+            for k, v in L.items():
+                if isinstance(v, Linear):
+                    ps += [v.w] + ([v.b] if v.b is not None else [])
+                else:
+                    ps.append(v)
+        for p in ps:
+            p.requires_grad_(True)
+        return ps
+
     def forward(self, ids, cache=None):
         """ids [B, T]; cache: a list of (k, v) per layer, extended in place; returns logits."""
         c = self.c
@@ -170,7 +186,8 @@ def main():
             torch.log_softmax(logits, -1).gather(-1, batch[:, 1:, None])
             score = BATCH * (SEQ - 1) / (time.perf_counter() - t)
         del logits
-    params = m.lora_params()
+    full = len(sys.argv) > 2 and sys.argv[2] == "full"
+    params = m.all_params() if full else m.lora_params()
     opt = torch.optim.AdamW(params, lr=1e-5)
     adv = torch.randn(BATCH, SEQ - 1, generator=g)
     secs = []
@@ -188,7 +205,7 @@ def main():
     train = BATCH * (SEQ - 1) / statistics.median(secs)
     print(json.dumps({"impl": "torch " + torch.__version__, "shape": shape, "threads": torch.get_num_threads(),
                       "prefill_tokens_per_s": round(prefill, 1), "decode_tokens_per_s": round(decode, 1), "decode_threads": decode_threads, "score_tokens_per_s": round(score, 1),
-                      "train_tokens_per_s": round(train, 1), "lora_params": sum(p.numel() for p in params)}))
+                      "train_tokens_per_s": round(train, 1), ("trainable_params" if full else "lora_params"): sum(p.numel() for p in params)}))
 
 
 if __name__ == "__main__":

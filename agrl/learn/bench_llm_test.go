@@ -25,7 +25,10 @@ import (
 //     graph (the trainer's reference and old-policy pass), after a warm-up call;
 //   - train: tokens/s of one LoRA optimizer step (rank 16, every projection) on 4 sequences of
 //     256 tokens through the GoMLX graphs (log-probs, loss, gradients of the adapters, AdamW),
-//     the median of 3 steps after one warm-up step that compiles the graphs.
+//     the median of 3 steps after one warm-up step that compiles the graphs. With
+//     AGRL_BENCH_FULL=1 the step is full fine-tuning's instead (every weight trained,
+//     agrl.PretrainedLM.Full), and sync_s is the time the sampler's copy of the new weights
+//     takes to make after a step (the median of the same 3 steps);
 //
 // The model directory is written once to $TMPDIR/agrl-bench-<shape> (bf16, seed 1) and reused.
 func TestLLMThroughput(t *testing.T) {
@@ -59,7 +62,12 @@ func TestLLMThroughput(t *testing.T) {
 		}
 		return s
 	}
-	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32).MicroBatch(batch), 1)
+	spec := agrl.Pretrained(dir).LoRA(16, 32).MicroBatch(batch)
+	full := os.Getenv("AGRL_BENCH_FULL") == "1"
+	if full {
+		spec = spec.Full()
+	}
+	p, err := LoadPretrained(spec, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,21 +120,30 @@ func TestLLMThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	score := float64(batch*(seqLen-1)) / time.Since(start).Seconds()
-	var secs []float64
+	var secs, syncs []float64
 	for i := range 4 {
 		st, err := l.Step(b)
 		if err != nil {
 			t.Fatal(err)
 		}
+		start := time.Now()
+		if _, err := p.Agent(); err != nil { // the sampler's copy of the new weights
+			t.Fatal(err)
+		}
 		if i > 0 {
-			secs = append(secs, st.Seconds)
+			secs, syncs = append(secs, st.Seconds), append(syncs, time.Since(start).Seconds())
 		}
 	}
 	sortFloats(secs)
+	sortFloats(syncs)
 	train := float64(batch*(seqLen-1)) / secs[1]
-	line, _ := json.Marshal(map[string]any{"impl": "agrl", "shape": shape, "backend": p.BackendConfig(),
+	rec := map[string]any{"impl": "agrl", "shape": shape, "backend": p.BackendConfig(),
 		"prefill_tokens_per_s": round1(prefill), "decode_tokens_per_s": round1(dec), "score_tokens_per_s": round1(score), "train_tokens_per_s": round1(train),
-		"lora_params": p.AdapterParams()})
+		"lora_params": p.AdapterParams()}
+	if full {
+		rec["full"], rec["trainable_params"], rec["sync_s"] = true, p.TrainableParams(), float64(int(syncs[1]*1000+0.5))/1000
+	}
+	line, _ := json.Marshal(rec)
 	fmt.Println(string(line))
 }
 

@@ -68,7 +68,7 @@ type PretrainedPolicy struct {
 	full   bool
 	cur    *agent.Policy
 	frozen map[string]*pretrainedFrozen
-	loaded    CheckpointInfo
+	loaded CheckpointInfo
 	// optState holds the optimizer state read from a checkpoint, until a learner takes it.
 	optState map[string][]float32
 }

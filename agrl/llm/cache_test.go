@@ -3,6 +3,7 @@ package llm
 import (
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,5 +199,103 @@ func TestStepErrors(t *testing.T) {
 	// Exactly max_position_embeddings is fine.
 	if _, err := m.Step(c, []int32{1, 2, 3, 4, 5}); err != nil {
 		t.Errorf("filling the context: %v", err)
+	}
+}
+
+// NextBatch gives each sequence, bit for bit, the logits Next gives it alone — sequences at
+// different positions, some fed several ids (an observation) and some one (a decoding step),
+// with and without adapters — and leaves each cache as Next leaves it; bad batches change no
+// cache.
+func TestNextBatch(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			base := loadVariant(t, v.name)
+			for _, withLoRA := range []bool{false, true} {
+				m := base
+				if withLoRA {
+					a, err := base.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, TargetModules: LoRAModules()}, 3)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, p := range a.Params() {
+						for i := range p.Data {
+							p.Data[i] += 0.05 * float32(math.Sin(float64(i)))
+						}
+					}
+					if m, err = base.WithAdapters(a); err != nil {
+						t.Fatal(err)
+					}
+				}
+				V := int32(m.Config().VocabSize)
+				seq := func(n, salt int) []int32 {
+					s := make([]int32, n)
+					for i := range s {
+						s[i] = int32((i*37+salt*11+5)%int(V-1)) + 1
+					}
+					return s
+				}
+				prefixes := [][]int32{seq(7, 1), seq(3, 2), seq(12, 3), seq(1, 4)}
+				feeds := [][]int32{{5}, seq(4, 5), {9}, seq(2, 6)}
+				batch, alone := make([]*Cache, len(prefixes)), make([]*Cache, len(prefixes))
+				for i, p := range prefixes {
+					batch[i], alone[i] = m.NewCache(), m.NewCache()
+					if _, err := m.Step(batch[i], p); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := m.Step(alone[i], p); err != nil {
+						t.Fatal(err)
+					}
+				}
+				for round := range 3 {
+					got, err := m.NextBatch(batch, feeds)
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i := range feeds {
+						want, err := m.Next(alone[i], feeds[i])
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !sameBits([][]float32{got[i]}, [][]float32{want}) {
+							t.Fatalf("lora %v round %d sequence %d: NextBatch differs from Next (max %g)", withLoRA, round, i, maxDiff32(got[i], want))
+						}
+						if batch[i].Len() != alone[i].Len() {
+							t.Fatalf("sequence %d: cache length %d, Next's %d", i, batch[i].Len(), alone[i].Len())
+						}
+						feeds[i] = []int32{argmax(want)}
+					}
+				}
+				lens := func() []int {
+					var n []int
+					for _, c := range batch {
+						n = append(n, c.Len())
+					}
+					return n
+				}
+				before := lens()
+				for _, bad := range []struct {
+					caches []*Cache
+					ids    [][]int32
+					want   string
+				}{
+					{batch[:2], [][]int32{{1}}, "caches for"},
+					{[]*Cache{batch[0], batch[1], batch[0]}, [][]int32{{1}, {1}, {1}}, "also sequence 0"},
+					{batch[:2], [][]int32{{1}, {V}}, "sequence 1: llm: token"},
+					{[]*Cache{batch[0], base.NewCache()}, [][]int32{{1}, {1}}, "another model"},
+				} {
+					if withLoRA && bad.want == "another model" {
+						bad.caches[1] = base.NewCache()
+					} else if bad.want == "another model" {
+						continue
+					}
+					if _, err := m.NextBatch(bad.caches, bad.ids); err == nil || !strings.Contains(err.Error(), bad.want) {
+						t.Errorf("bad batch: %v, want %q", err, bad.want)
+					}
+				}
+				if !slices.Equal(lens(), before) {
+					t.Errorf("a refused batch changed the caches: %v → %v", before, lens())
+				}
+			}
+		})
 	}
 }

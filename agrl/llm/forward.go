@@ -4,6 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
 )
 
 // A Cache holds one sequence's keys and values, layer by layer, so that each new token
@@ -85,32 +89,81 @@ func (m *Model) check(c *Cache, ids []int32) error {
 	return nil
 }
 
+// NextBatch is Next for several sequences at once: it appends ids[i] to caches[i] and
+// returns, for each i, the logits of the token that follows. The sequences share every pass
+// over the weights — their rows go through each projection, and the LM head, together — which
+// is what makes decoding a group of episodes cheaper than decoding them one by one (batch-1
+// decoding reads every weight for one token). Each sequence's logits are bit for bit those
+// Next returns for it alone: every product computes each row on its own (the same chain of
+// multiply-adds, whatever the other rows), and attention runs per sequence. Every cache must
+// be distinct and each (cache, ids) valid as for Next; on an error no cache is changed.
+func (m *Model) NextBatch(caches []*Cache, ids [][]int32) ([][]float32, error) {
+	if len(caches) != len(ids) {
+		return nil, fmt.Errorf("llm: NextBatch: %d caches for %d id lists", len(caches), len(ids))
+	}
+	rows, err := m.forwardMany(caches, ids, true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(rows))
+	for i, r := range rows {
+		out[i] = r[0]
+	}
+	return out, nil
+}
+
 // forward runs ids (T tokens at positions c.n, c.n+1, ...) through the model, appending their
 // keys and values to c, and returns the logits of every position, or of the last one only.
 func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, error) {
-	if err := m.check(c, ids); err != nil {
+	rows, err := m.forwardMany([]*Cache{c}, [][]int32{ids}, lastOnly)
+	if err != nil {
 		return nil, err
 	}
-	cfg := m.cfg
-	T, H, D := len(ids), cfg.HiddenSize, cfg.HeadDim
-	nq, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
-	eps := cfg.RMSNormEps
-	start := c.n
+	return rows[0], nil
+}
 
-	// cos and sin of every new position's angles: [T, D/2].
-	cos, sin := make([]float32, T*D/2), make([]float32, T*D/2)
-	for t := range T {
-		for i, f := range m.invFreq {
-			a := float64(start+t) * f
-			cos[t*D/2+i], sin[t*D/2+i] = float32(math.Cos(a)), float32(math.Sin(a))
+// forwardMany is forward for several sequences: their rows are stacked, [Σ T_i, H], for the
+// products and the norms (which treat every row on its own), while RoPE takes each row's own
+// position and attention each sequence's own cache. It returns each sequence's logit rows.
+func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][][]float32, error) {
+	for i, c := range caches {
+		if err := m.check(c, ids[i]); err != nil {
+			if len(caches) > 1 {
+				err = fmt.Errorf("sequence %d: %w", i, err)
+			}
+			return nil, err
+		}
+		for _, d := range caches[:i] {
+			if d == c {
+				return nil, fmt.Errorf("llm: sequence %d: its cache is also sequence %d's", i, slices.Index(caches, c))
+			}
 		}
 	}
+	cfg := m.cfg
+	H, D := cfg.HiddenSize, cfg.HeadDim
+	nq, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	eps := cfg.RMSNormEps
+	off := make([]int, len(caches)+1) // sequence i's rows are [off[i], off[i+1])
+	for i := range caches {
+		off[i+1] = off[i] + len(ids[i])
+	}
+	T := off[len(caches)]
 
+	// cos and sin of every new row's angles at its own position: [T, D/2].
+	cos, sin := make([]float32, T*D/2), make([]float32, T*D/2)
 	x := make([]float32, T*H) // the residual stream, [T, H]
-	for t, id := range ids {
-		copy(x[t*H:(t+1)*H], m.embed[int(id)*H:])
+	for i, c := range caches {
+		for t, id := range ids[i] {
+			r := off[i] + t
+			for j, f := range m.invFreq {
+				a := float64(c.n+t) * f
+				cos[r*D/2+j], sin[r*D/2+j] = float32(math.Cos(a)), float32(math.Sin(a))
+			}
+			copy(x[r*H:(r+1)*H], m.embed[int(id)*H:])
+		}
 	}
 	h := make([]float32, T*H)
+	att := make([]float32, T*nq*D)
 	for l := range m.layers {
 		ly := &m.layers[l]
 
@@ -125,9 +178,14 @@ func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, erro
 		}
 		rope(q, T, nq, D, cos, sin)
 		rope(k, T, nkv, D, cos, sin)
-		c.k[l] = append(c.k[l], k...)
-		c.v[l] = append(c.v[l], v...)
-		att := attend(q, c.k[l], c.v[l], start, T, nq, nkv, D) // [T, nq·D]
+		for i, c := range caches {
+			c.k[l] = append(c.k[l], k[off[i]*nkv*D:off[i+1]*nkv*D]...)
+			c.v[l] = append(c.v[l], v[off[i]*nkv*D:off[i+1]*nkv*D]...)
+		}
+		eachSequence(len(caches), func(i int) {
+			c, n := caches[i], off[i+1]-off[i]
+			attend(att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D], c.k[l], c.v[l], c.n, n, nq, nkv, D)
+		})
 		addTo(x, m.proj(l, oProj, att, T, nq*D, ly.wo, H, ly.bo))
 
 		// MLP: x += down(silu(gate(h)) · up(h)) over h = norm(x).
@@ -140,20 +198,55 @@ func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, erro
 		}
 		addTo(x, m.proj(l, downProj, g, T, I, ly.down, H, ly.bDown))
 	}
-	c.n += T
+	for i, c := range caches {
+		c.n += off[i+1] - off[i]
+	}
 
-	first := 0
+	// The LM head, over the rows asked for: every row, or each sequence's last.
+	var last []float32
+	heads := make([]int, len(caches)+1) // sequence i's logit rows are [heads[i], heads[i+1])
 	if lastOnly {
-		first = T - 1
+		last = make([]float32, len(caches)*H)
+		for i := range caches {
+			copy(last[i*H:(i+1)*H], x[(off[i+1]-1)*H:off[i+1]*H])
+			heads[i+1] = i + 1
+		}
+	} else {
+		last = x
+		copy(heads, off)
 	}
-	rmsNorm(x[first*H:], x[first*H:], m.norm, H, eps)
+	n := len(last) / H
+	rmsNorm(last, last, m.norm, H, eps)
 	V := cfg.VocabSize
-	flat := linear(x[first*H:], T-first, H, m.head, V, nil)
-	rows := make([][]float32, T-first)
-	for t := range rows {
-		rows[t] = flat[t*V : (t+1)*V : (t+1)*V]
+	flat := linear(last, n, H, m.head, V, nil)
+	out := make([][][]float32, len(caches))
+	for i := range caches {
+		for r := heads[i]; r < heads[i+1]; r++ {
+			out[i] = append(out[i], flat[r*V:(r+1)*V:(r+1)*V])
+		}
 	}
-	return rows, nil
+	return out, nil
+}
+
+// eachSequence runs f(0) … f(n-1), over up to GOMAXPROCS goroutines when there are several.
+func eachSequence(n int, f func(i int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // rmsNorm writes to dst each n-wide row of src scaled to unit root mean square and multiplied
@@ -279,9 +372,10 @@ func rope(x []float32, T, heads, D int, cos, sin []float32) {
 
 // attend is causal grouped-query attention: query t (at position start+t) of head h attends
 // to positions 0 … start+t of key-value head h/(nq/nkv), with weights softmax(q·k/sqrt(D)).
-// q is [T, nq·D]; keys and values are [start+T, nkv·D]. The result is [T, nq·D].
-func attend(q, keys, values []float32, start, T, nq, nkv, D int) []float32 {
-	out := make([]float32, T*nq*D)
+// q is [T, nq·D]; keys and values are [start+T, nkv·D]. The result is written to out,
+// [T, nq·D] (its previous values are overwritten).
+func attend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
+	clear(out)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group := nq / nkv // query heads per key-value head
 	kvw := nkv * D
@@ -313,5 +407,4 @@ func attend(q, keys, values []float32, start, T, nq, nkv, D int) []float32 {
 			}
 		}
 	}
-	return out
 }

@@ -1,0 +1,66 @@
+package learn
+
+import (
+	"slices"
+	"testing"
+
+	"agrl.dev/agrl/llm"
+)
+
+// TestNextBatchHostKernels: with the host kernels installed as agrl/llm's products (simd
+// builds), batched decoding still gives each sequence the bits it gets alone: the kernels
+// compute every row of a product as one chain of multiply-adds whatever the other rows (the
+// row-split path of a prompt, the column-split path of a few decoding rows), which is what lets
+// the sampler batch episodes without changing them.
+func TestNextBatchHostKernels(t *testing.T) {
+	if !hostKernels {
+		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
+	}
+	m, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq := func(n, salt int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32((i*41+salt*13+3)%300) + 1
+		}
+		return s
+	}
+	for _, width := range []int{1, 3, 9, 20} { // decoding rows below and above the row-split threshold
+		var batch, alone []*llm.Cache
+		var feeds [][]int32
+		for i := range width {
+			b, a := m.NewCache(), m.NewCache()
+			p := seq(5+i%7, i)
+			if _, err := m.Step(b, p); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := m.Step(a, p); err != nil {
+				t.Fatal(err)
+			}
+			batch, alone = append(batch, b), append(alone, a)
+			feed := []int32{int32(i + 1)}
+			if i%4 == 1 {
+				feed = seq(6, i+50) // an observation among decoding steps
+			}
+			feeds = append(feeds, feed)
+		}
+		for round := range 4 {
+			got, err := m.NextBatch(batch, feeds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range feeds {
+				want, err := m.Next(alone[i], feeds[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[i], want) {
+					t.Fatalf("batch of %d, round %d, sequence %d: NextBatch's logits differ from Next's", width, round, i)
+				}
+				feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
+			}
+		}
+	}
+}
