@@ -176,9 +176,11 @@ func (p *Policy) System(s string) *Policy {
 	return &q
 }
 
-// Workers returns a copy of the policy that plays n episodes of a Rollout at once, each on
-// its own goroutine (the model runs one sequence at a time on one core). n < 1, the default,
-// means GOMAXPROCS. The episodes do not depend on n.
+// Workers returns a copy of the policy that plays at most n episodes of a Rollout at once,
+// each on its own goroutine, their steps running through the model together (one pass over
+// the weights for all of them: llm.Model.NextBatch, which spreads the products and the
+// attention over the cores). n < 1, the default, means every episode of the call. The
+// episodes do not depend on n: only the speed does.
 func (p *Policy) Workers(n int) *Policy {
 	q := *p
 	q.workers = max(n, 0)
@@ -230,10 +232,15 @@ func (p *Policy) StopTokens() []int32 { return append([]int32(nil), p.stops...) 
 // Context is the longest sequence the model takes: max_position_embeddings.
 func (p *Policy) Context() int { return p.model.Config().MaxPositionEmbeddings }
 
-func (p *Policy) numWorkers(jobs int) int {
+// numWorkers is how many of jobs run at once: the Workers setting, by default every job when
+// their steps are batched and GOMAXPROCS otherwise (streams that run on their own).
+func (p *Policy) numWorkers(jobs int, batched bool) int {
 	n := p.workers
 	if n < 1 {
 		n = runtime.GOMAXPROCS(0)
+		if batched {
+			n = jobs
+		}
 	}
 	return max(1, min(n, jobs))
 }

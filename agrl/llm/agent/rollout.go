@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/llm"
 )
 
 // Episode token layout. One token stream per episode, in the model's own chat format:
@@ -41,7 +42,10 @@ import (
 // ids only) and LogProbs (the log-probability of each sampled id at the sampling temperature,
 // 0 elsewhere) are aligned. Episode i samples from stream (Seed, i): the episodes do not
 // depend on how many run at once. Tasks with the same prompt share its forward pass (the KV
-// cache is cloned), which is what G samples of one task cost.
+// cache is cloned), which is what G samples of one task cost. The episodes being played
+// advance together: each round, the next step of every one (a sampled id, or an observation)
+// goes through the model as one batch (llm.Model.NextBatch: one pass over the weights for all
+// of them, each getting the bits it would get alone), and so do the distinct prompts.
 //
 // It returns an error when an environment refuses a task, a prompt does not fit the budget,
 // or the model fails; everything the model does wrong is recorded on the episodes.
@@ -91,11 +95,18 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 	}
 
 	// Each distinct prompt is run once; its episodes continue clones of its cache.
-	if err := r.parallel(len(r.order), func(j int) error {
-		pf := r.order[j]
+	for _, pf := range r.order {
 		pf.s = p.newStream()
+	}
+	if _, batched := r.order[0].s.(cacheStream); batched {
+		r.batch = &batcher{m: p.model}
+		if err := r.prefillBatched(); err != nil {
+			return nil, st, err
+		}
+	} else if err := r.parallel(len(r.order), func(j int) error {
+		pf := r.order[j]
 		var err error
-		pf.logits, err = r.next(pf.s, pf.ids)
+		pf.logits, err = r.next(pf.s, pf.ids, j)
 		return err
 	}); err != nil {
 		return nil, st, err
@@ -127,6 +138,9 @@ type run struct {
 
 	steps, fed, generated atomic.Int64
 	failed                atomic.Bool
+	// batch runs the episodes' steps together (nil for streams that are not the model's KV
+	// caches, which each run on their own).
+	batch *batcher
 }
 
 // prefill is one distinct prompt, run once.
@@ -144,13 +158,21 @@ type episode struct {
 }
 
 // parallel runs f(0) … f(n-1) on the policy's workers and returns the first error; after an
-// error, jobs not yet started are skipped.
+// error, jobs not yet started are skipped. With a batcher, each worker is one of the
+// goroutines whose steps it batches, from its start until it has no jobs left.
 func (r *run) parallel(n int, f func(int) error) error {
 	jobs := make(chan int)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for range r.p.numWorkers(n) {
+	workers := r.p.numWorkers(n, r.batch != nil)
+	if r.batch != nil {
+		r.batch.join(workers)
+	}
+	for range workers {
 		wg.Go(func() {
+			if r.batch != nil {
+				defer r.batch.leave()
+			}
 			for j := range jobs {
 				if r.failed.Load() {
 					continue
@@ -169,9 +191,16 @@ func (r *run) parallel(n int, f func(int) error) error {
 	return errors.Join(errs...)
 }
 
-// next feeds ids to s, counting the work.
-func (r *run) next(s stream, ids []int32) ([]float32, error) {
-	logits, err := s.Next(ids)
+// next feeds ids to s, the stream of episode (or prompt) i, counting the work: through the
+// batcher when there is one.
+func (r *run) next(s stream, ids []int32, i int) ([]float32, error) {
+	var logits []float32
+	var err error
+	if c, ok := s.(cacheStream); ok && r.batch != nil {
+		logits, err = r.batch.next(i, c.c, ids)
+	} else {
+		logits, err = s.Next(ids)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -213,7 +242,7 @@ func (r *run) play(e *episode) error {
 			if len(ep.Tokens)-first >= limit {
 				break
 			}
-			if logits, err = r.next(s, []int32{id}); err != nil {
+			if logits, err = r.next(s, []int32{id}, e.i); err != nil {
 				return err
 			}
 		}
@@ -256,11 +285,122 @@ func (r *run) play(e *episode) error {
 		ep.LossMask = append(ep.LossMask, make([]uint8, len(obs))...)
 		ep.LogProbs = append(ep.LogProbs, make([]float32, len(obs))...)
 		var err error
-		if logits, err = r.next(s, feed); err != nil {
+		if logits, err = r.next(s, feed, e.i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// prefillRows is the most prompt tokens one batched prefill pass takes: several prompts share
+// a pass over the weights while their activations stay a few tens of megabytes.
+const prefillRows = 2048
+
+// prefillBatched runs the distinct prompts through the model, several per pass.
+func (r *run) prefillBatched() error {
+	for lo := 0; lo < len(r.order); {
+		hi, rows := lo, 0
+		for hi < len(r.order) && (hi == lo || rows+len(r.order[hi].ids) <= prefillRows) {
+			rows += len(r.order[hi].ids)
+			hi++
+		}
+		caches, ids := make([]*llm.Cache, hi-lo), make([][]int32, hi-lo)
+		for j, pf := range r.order[lo:hi] {
+			caches[j], ids[j] = pf.s.(cacheStream).c, pf.ids
+		}
+		logits, err := r.p.model.NextBatch(caches, ids)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		for j, pf := range r.order[lo:hi] {
+			pf.logits = logits[j]
+		}
+		r.steps.Add(int64(hi - lo))
+		r.fed.Add(int64(rows))
+		lo = hi
+	}
+	return nil
+}
+
+// batcher runs the steps of the episodes being played as one batch: each playing goroutine
+// hands in its next step and waits; once every one of them has a step in (or has stopped
+// playing), the steps run together, in episode order, as one llm.Model.NextBatch — by the
+// goroutine whose arrival (or leaving) completed the batch. Each sequence's logits are those
+// it would get alone, so batching changes the speed of a rollout, never its episodes.
+type batcher struct {
+	m       *llm.Model
+	mu      sync.Mutex
+	active  int     // goroutines playing, each with at most one step pending
+	pending []*step // the steps handed in since the last batch
+}
+
+// step is one episode's step waiting in a batch.
+type step struct {
+	order  int
+	c      *llm.Cache
+	ids    []int32
+	logits []float32
+	err    error
+	done   chan struct{}
+}
+
+// join counts n more playing goroutines.
+func (b *batcher) join(n int) {
+	b.mu.Lock()
+	b.active += n
+	b.mu.Unlock()
+}
+
+// leave is called by a goroutine that plays no more; the others' steps may then be complete.
+func (b *batcher) leave() {
+	b.mu.Lock()
+	b.active--
+	ready := b.take()
+	b.mu.Unlock()
+	b.run(ready)
+}
+
+// next runs ids through the model on cache c as part of the next batch and returns the
+// logits of the token that follows.
+func (b *batcher) next(order int, c *llm.Cache, ids []int32) ([]float32, error) {
+	st := &step{order: order, c: c, ids: ids, done: make(chan struct{})}
+	b.mu.Lock()
+	b.pending = append(b.pending, st)
+	ready := b.take()
+	b.mu.Unlock()
+	b.run(ready)
+	<-st.done
+	return st.logits, st.err
+}
+
+// take returns the pending steps once every playing goroutine has one in (b.mu held).
+func (b *batcher) take() []*step {
+	if len(b.pending) == 0 || len(b.pending) < b.active {
+		return nil
+	}
+	ready := b.pending
+	b.pending = nil
+	return ready
+}
+
+// run runs a batch of steps and hands each its result.
+func (b *batcher) run(steps []*step) {
+	if len(steps) == 0 {
+		return
+	}
+	slices.SortFunc(steps, func(x, y *step) int { return x.order - y.order })
+	caches, ids := make([]*llm.Cache, len(steps)), make([][]int32, len(steps))
+	for i, st := range steps {
+		caches[i], ids[i] = st.c, st.ids
+	}
+	logits, err := b.m.NextBatch(caches, ids)
+	for i, st := range steps {
+		if err == nil {
+			st.logits = logits[i]
+		}
+		st.err = err
+		close(st.done)
+	}
 }
 
 // act records one action on the turn loop: the loop steps the environment, counts invalid
