@@ -9,6 +9,8 @@ with random weights, timed the same way; prints one JSON line with the same keys
            16-token warm-up pass)
   decode   tokens/s of 32 single-token steps after it (batch 1; the better of one thread and
            all threads, reported as decode_threads)
+  decode_batch8  tokens/s of 32 steps of 8 sequences decoded together (one KV cache of batch
+           8, after a 64-token prompt each; all threads)
   score    tokens/s of the per-token log-probs of 4 sequences of 256 tokens (no gradient),
            after a warm-up call
   train    tokens/s of one LoRA optimizer step (rank 16, alpha 32, every projection, frozen
@@ -178,6 +180,13 @@ def main():
             if d > decode:
                 decode, decode_threads = d, threads
         torch.set_num_threads(os.cpu_count())
+        c8 = []
+        m.forward(torch.randint(0, c["vocab"], (8, 64), generator=g), c8)
+        t = time.perf_counter()
+        for _ in range(DECODE):
+            m.forward(torch.randint(0, c["vocab"], (8, 1), generator=g), c8)
+        decode8 = 8 * DECODE / (time.perf_counter() - t)
+        del c8
     batch = torch.randint(0, c["vocab"], (BATCH, SEQ), generator=g)
     with torch.no_grad():
         for i in range(2):  # the first call warms up, as in the Go test
@@ -204,7 +213,7 @@ def main():
             secs.append(time.perf_counter() - t)
     train = BATCH * (SEQ - 1) / statistics.median(secs)
     print(json.dumps({"impl": "torch " + torch.__version__, "shape": shape, "threads": torch.get_num_threads(),
-                      "prefill_tokens_per_s": round(prefill, 1), "decode_tokens_per_s": round(decode, 1), "decode_threads": decode_threads, "score_tokens_per_s": round(score, 1),
+                      "prefill_tokens_per_s": round(prefill, 1), "decode_tokens_per_s": round(decode, 1), "decode_threads": decode_threads, "decode_batch8_tokens_per_s": round(decode8, 1), "score_tokens_per_s": round(score, 1),
                       "train_tokens_per_s": round(train, 1), ("trainable_params" if full else "lora_params"): sum(p.numel() for p in params)}))
 
 

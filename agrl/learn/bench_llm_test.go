@@ -21,6 +21,8 @@ import (
 //   - prefill: tokens/s of agrl/llm's forward pass over a 256-token prompt into a KV cache
 //     (the sampler's prompt pass), after a 16-token warm-up pass;
 //   - decode: tokens/s of 32 single-token steps after it (batch 1, the sampler's inner loop);
+//   - decode_batch8: tokens/s of 32 steps of 8 sequences decoded together (llm.Model.NextBatch,
+//     what a rollout of a group does), after a 64-token prompt each;
 //   - score: tokens/s of the per-token log-probs of 4 sequences of 256 tokens through the GoMLX
 //     graph (the trainer's reference and old-policy pass), after a warm-up call;
 //   - train: tokens/s of one LoRA optimizer step (rank 16, every projection) on 4 sequences of
@@ -88,6 +90,24 @@ func TestLLMThroughput(t *testing.T) {
 		}
 	}
 	dec := float64(decode) / time.Since(start).Seconds()
+	const group = 8
+	caches, feeds := make([]*llm.Cache, group), make([][]int32, group)
+	for i := range caches {
+		caches[i], feeds[i] = m.NewCache(), ids(64)
+	}
+	if _, err := m.NextBatch(caches, feeds); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	for i := range decode {
+		for j := range feeds {
+			feeds[j] = ids(1)
+		}
+		if _, err := m.NextBatch(caches, feeds); err != nil {
+			t.Fatalf("batched decode step %d: %v", i, err)
+		}
+	}
+	dec8 := float64(group*decode) / time.Since(start).Seconds()
 
 	l, err := p.newLearner("bench", grpoLoss(0.2, 0.2, 0, agrl.K3), grpoValues, agrl.NewAdamW().LR(1e-5), 1)
 	if err != nil {
@@ -138,7 +158,7 @@ func TestLLMThroughput(t *testing.T) {
 	sortFloats(syncs)
 	train := float64(batch*(seqLen-1)) / secs[1]
 	rec := map[string]any{"impl": "agrl", "shape": shape, "backend": p.BackendConfig(),
-		"prefill_tokens_per_s": round1(prefill), "decode_tokens_per_s": round1(dec), "score_tokens_per_s": round1(score), "train_tokens_per_s": round1(train),
+		"prefill_tokens_per_s": round1(prefill), "decode_tokens_per_s": round1(dec), "decode_batch8_tokens_per_s": round1(dec8), "score_tokens_per_s": round1(score), "train_tokens_per_s": round1(train),
 		"lora_params": p.AdapterParams()}
 	if full {
 		rec["full"], rec["trainable_params"], rec["sync_s"] = true, p.TrainableParams(), float64(int(syncs[1]*1000+0.5))/1000

@@ -4,7 +4,9 @@ import (
 	"slices"
 	"testing"
 
+	"agrl.dev/agrl"
 	"agrl.dev/agrl/llm"
+	"agrl.dev/envs/calc"
 )
 
 // TestNextBatchHostKernels: with the host kernels installed as agrl/llm's products (simd
@@ -62,5 +64,50 @@ func TestNextBatchHostKernels(t *testing.T) {
 				feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
 			}
 		}
+	}
+}
+
+// TestBatchedRolloutSameEpisodes: a pretrained policy's rollout of a group (its steps run as
+// one batch) plays exactly the episodes it plays one episode at a time (Workers(1)): the same
+// ids, log-probs and turns.
+func TestBatchedRolloutSameEpisodes(t *testing.T) {
+	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := p.Agent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := calc.New()
+	tasks, err := agrl.NewMix(3).Tasks(env, agrl.Dev, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var group []agrl.Task
+	for _, task := range tasks {
+		for range 4 { // four samples of each task: shared prompts, episodes of other lengths
+			group = append(group, task)
+		}
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, Seed: 9, MaxActionTokens: 16}, Limits: agrl.Limits{MaxTurns: 3}}
+	batched, _, err := pol.Rollout(env, group, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone, _, err := pol.Workers(1).Rollout(env, group, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lengths := map[int]bool{}
+	for i := range batched {
+		a, b := batched[i], alone[i]
+		if !slices.Equal(a.Tokens, b.Tokens) || !slices.Equal(a.LogProbs, b.LogProbs) || len(a.Turns) != len(b.Turns) {
+			t.Fatalf("episode %d differs between the batched rollout and one episode at a time", i)
+		}
+		lengths[len(a.Tokens)] = true
+	}
+	if len(lengths) < 2 {
+		t.Fatal("every episode has the same length: the test does not exercise a shrinking batch")
 	}
 }

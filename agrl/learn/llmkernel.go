@@ -75,10 +75,11 @@ func shareTransposed(w, wt []float32, owner any) {
 func hostLinear(x []float32, rows, in int, w []float32, out int) []float32 {
 	wt := transposedOf(w, out, in)
 	y := make([]float32, rows*out)
-	if rows >= 8 {
-		gemmRowsSet(runtime.GOMAXPROCS(0), rows, out, in, x, in, 1, wt, out, y, out)
-	} else { // a decoding step: split the outputs over the cores instead
-		nw := min(runtime.GOMAXPROCS(0), max(1, out/512))
+	workers := runtime.GOMAXPROCS(0)
+	if rows >= 8*workers {
+		gemmRowsSet(workers, rows, out, in, x, in, 1, wt, out, y, out)
+	} else { // a few rows (decoding steps, one per sequence): split the outputs over the cores instead
+		nw := min(workers, max(1, out/512))
 		parallel(nw, func(w, nw int) {
 			lo, hi := split(out, w, nw, 16)
 			if lo < hi {

@@ -193,9 +193,11 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 		I := cfg.IntermediateSize
 		g := m.proj(l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 		u := m.proj(l, upProj, h, T, H, ly.up, I, ly.bUp)
-		for i, gi := range g {
-			g[i] = silu(gi) * u[i]
-		}
+		eachRows(T, func(lo, hi int) {
+			for i := lo * I; i < hi*I; i++ {
+				g[i] = silu(g[i]) * u[i]
+			}
+		})
 		addTo(x, m.proj(l, downProj, g, T, I, ly.down, H, ly.bDown))
 	}
 	for i, c := range caches {
@@ -226,6 +228,23 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 		}
 	}
 	return out, nil
+}
+
+// eachRows runs f over the rows [lo, hi) of n rows split into contiguous parts, one per
+// goroutine, over up to GOMAXPROCS goroutines when there are several rows: for the row-wise
+// work of a batch (each row's values are computed as they are alone).
+func eachRows(n int, f func(lo, hi int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*n/workers, (w+1)*n/workers
+		wg.Go(func() { f(lo, hi) })
+	}
+	wg.Wait()
 }
 
 // eachSequence runs f(0) … f(n-1), over up to GOMAXPROCS goroutines when there are several.

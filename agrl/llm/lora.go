@@ -312,13 +312,17 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
 		return
 	}
 	r := a.cfg.Rank
-	u := linearLoop(x, rows, p.in, p.a, r, nil)  // [rows, r]
-	d := linearLoop(u, rows, r, p.b, p.out, nil) // [rows, out]
-	for i, di := range d {
-		if v := float32(a.scale * di); v != 0 {
-			y[i] += v
+	eachRows(rows, func(lo, hi int) { // row by row, so a batch's rows get what they get alone
+		n := hi - lo
+		u := linearLoop(x[lo*p.in:hi*p.in], n, p.in, p.a, r, nil) // [n, r]
+		d := linearLoop(u, n, r, p.b, p.out, nil)                 // [n, out]
+		yr := y[lo*p.out : hi*p.out]
+		for i, di := range d {
+			if v := float32(a.scale * di); v != 0 {
+				yr[i] += v
+			}
 		}
-	}
+	})
 }
 
 // merged returns w + scale·B·A for p's weight w, the product summed and scaled in float64 and
