@@ -1,6 +1,7 @@
 package learn
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -109,5 +110,52 @@ func TestBatchedRolloutSameEpisodes(t *testing.T) {
 	}
 	if len(lengths) < 2 {
 		t.Fatal("every episode has the same length: the test does not exercise a shrinking batch")
+	}
+}
+
+// TestHostAttention: the host attention kernel (llm.SetAttention) gives the portable loop's
+// logits to 1e-4 — a prompt long enough for the contraction blocks and the heads spread over
+// the cores, then decoding steps — and the same bits whether a sequence is decoded alone or in
+// a batch (TestNextBatchHostKernels).
+func TestHostAttention(t *testing.T) {
+	if !hostKernels {
+		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
+	}
+	m, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := make([]int32, 300)
+	for i := range prompt {
+		prompt[i] = int32((i*53+7)%310) + 1
+	}
+	run := func() [][]float32 {
+		c := m.NewCache()
+		rows, err := m.Step(c, prompt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 5 {
+			next, err := m.Next(c, []int32{int32(40 + i)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rows = append(rows, next)
+		}
+		return rows
+	}
+	kernel := run()
+	llm.SetAttention(nil)
+	loop := run()
+	llm.SetAttention(hostAttend)
+	worst := 0.0
+	for i := range loop {
+		for j := range loop[i] {
+			worst = max(worst, math.Abs(float64(kernel[i][j]-loop[i][j])))
+		}
+	}
+	t.Logf("%d positions: max |kernel − loop| %.2g", len(loop), worst)
+	if worst > 1e-4 {
+		t.Fatalf("the attention kernel's logits differ from the portable loop's by %g", worst)
 	}
 }

@@ -1,6 +1,7 @@
 package learn
 
 import (
+	"math"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -18,6 +19,8 @@ import (
 func init() {
 	if hostKernels {
 		llm.SetLinear(hostLinear)
+		llm.SetProduct(hostProduct)
+		llm.SetAttention(hostAttend)
 	}
 }
 
@@ -73,7 +76,18 @@ func shareTransposed(w, wt []float32, owner any) {
 
 // hostLinear is llm.SetLinear's kernel: x [rows, in] times wᵀ (w [out, in]).
 func hostLinear(x []float32, rows, in int, w []float32, out int) []float32 {
-	wt := transposedOf(w, out, in)
+	return productT(x, rows, in, transposedOf(w, out, in), out)
+}
+
+// hostProduct is llm.SetProduct's kernel: hostLinear for a w that may change (a LoRA
+// adapter's), transposed afresh at every call and kept nowhere.
+func hostProduct(x []float32, rows, in int, w []float32, out int) []float32 {
+	return productT(x, rows, in, transpose(w, out, in), out)
+}
+
+// productT is x [rows, in] times wt [in, out], over the cores: by rows for many rows, by
+// outputs for a few (each element one chain of multiply-adds either way).
+func productT(x []float32, rows, in int, wt []float32, out int) []float32 {
 	y := make([]float32, rows*out)
 	workers := runtime.GOMAXPROCS(0)
 	if rows >= 8*workers {
@@ -88,4 +102,54 @@ func hostLinear(x []float32, rows, in int, w []float32, out int) []float32 {
 		})
 	}
 	return y
+}
+
+// hostAttend is llm.SetAttention's kernel: causal grouped-query attention as matrix products
+// on the host kernels. For each key-value head its keys are laid out transposed, [D, n] (n =
+// start+T positions), once for the query heads that share it; each query head's scores are
+// then S = q·Kᵀ·(1/√D) [T, n] (one product), each row's visible positions go through the
+// vector exp (expSum) and are divided by their sum, the rest weigh 0, and the result is S·V
+// (one product over the values as the cache holds them). Each call computes from its own
+// arguments only, single-threaded except that a long prompt's heads are spread over the cores.
+func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
+	n := start + T
+	kvw, group := nkv*D, nq/nkv
+	scale := float32(1 / math.Sqrt(float64(D)))
+	head := func(kh int, kt, s []float32) {
+		for j := range n { // Kᵀ of key-value head kh
+			row := keys[j*kvw+kh*D : j*kvw+kh*D+D]
+			for d, v := range row {
+				kt[d*n+j] = v
+			}
+		}
+		for g := range group {
+			hd := kh*group + g
+			gemmSet(T, n, D, q[hd*D:], nq*D, 1, kt, n, s, n)
+			for t := range T {
+				row := s[t*n : (t+1)*n]
+				vis := row[:start+t+1]
+				mx := float32(math.Inf(-1))
+				for j, v := range vis {
+					vis[j] = v * scale
+					mx = max(mx, vis[j])
+				}
+				sum := expSum(vis, mx)
+				for j := range vis {
+					vis[j] /= sum
+				}
+				clear(row[start+t+1:])
+			}
+			gemmSet(T, D, n, s, n, 1, values[kh*D:], kvw, out[hd*D:], nq*D)
+		}
+	}
+	workers := 1
+	if T*n*D*nq >= 1<<22 { // a prompt: its heads over the cores
+		workers = min(nkv, runtime.GOMAXPROCS(0))
+	}
+	parallel(workers, func(w, nw int) {
+		kt, s := make([]float32, D*n), make([]float32, T*n)
+		for kh := w; kh < nkv; kh += nw {
+			head(kh, kt, s)
+		}
+	})
 }

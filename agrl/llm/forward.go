@@ -296,6 +296,24 @@ var linearKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // bits. Set it before any forward pass runs, not concurrently with one.
 func SetLinear(f func(x []float32, rows, in int, w []float32, out int) []float32) { linearKernel = f }
 
+// productKernel, when set by SetProduct, computes the products of weights that change.
+var productKernel func(x []float32, rows, in int, w []float32, out int) []float32
+
+// SetProduct installs f for the products whose weights may change between calls (LoRA
+// adapters, which a trainer updates in place): f(x, rows, in, w, out) returns x·wᵀ as
+// SetLinear's kernels do, but must keep nothing of w. Each row of the result must depend on
+// its own row of x only (NextBatch relies on it). nil restores the portable loop. Set it
+// before any forward pass runs.
+func SetProduct(f func(x []float32, rows, in int, w []float32, out int) []float32) { productKernel = f }
+
+// product is x·wᵀ for a w that may change: the installed SetProduct kernel, or the loop.
+func product(x []float32, rows, in int, w []float32, out int) []float32 {
+	if productKernel == nil {
+		return linearLoop(x, rows, in, w, out, nil)
+	}
+	return productKernel(x, rows, in, w, out)
+}
+
 // linear returns x·wᵀ + b for rows rows of in values: w is [out, in] (a checkpoint's Linear
 // weight), b is [out] or nil. The result is [rows, out]. It runs the installed kernel
 // (SetLinear), which may keep a copy of w: call it only with the model's immutable weights, and
@@ -392,8 +410,30 @@ func rope(x []float32, T, heads, D int, cos, sin []float32) {
 // attend is causal grouped-query attention: query t (at position start+t) of head h attends
 // to positions 0 … start+t of key-value head h/(nq/nkv), with weights softmax(q·k/sqrt(D)).
 // q is [T, nq·D]; keys and values are [start+T, nkv·D]. The result is written to out,
-// [T, nq·D] (its previous values are overwritten).
+// [T, nq·D] (its previous values are overwritten). It runs the installed kernel
+// (SetAttention) if there is one.
 func attend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
+	if attentionKernel != nil {
+		attentionKernel(out, q, keys, values, start, T, nq, nkv, D)
+		return
+	}
+	attendLoop(out, q, keys, values, start, T, nq, nkv, D)
+}
+
+// attentionKernel, when set by SetAttention, computes attend.
+var attentionKernel func(out, q, keys, values []float32, start, T, nq, nkv, D int)
+
+// SetAttention installs f as the kernel of the forward pass's attention, in place of the
+// portable loop: f must write to out what attend's documentation says, for every argument,
+// keep no reference to its arguments, and compute each sequence's result from its own
+// arguments alone (NextBatch relies on it). agrl/learn installs vector kernels with it in
+// GOEXPERIMENT=simd builds. Call it before any model runs (it is not synchronised).
+func SetAttention(f func(out, q, keys, values []float32, start, T, nq, nkv, D int)) {
+	attentionKernel = f
+}
+
+// attendLoop is attend with the portable loop.
+func attendLoop(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 	clear(out)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group := nq / nkv // query heads per key-value head

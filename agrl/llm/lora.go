@@ -312,17 +312,22 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
 		return
 	}
 	r := a.cfg.Rank
-	eachRows(rows, func(lo, hi int) { // row by row, so a batch's rows get what they get alone
-		n := hi - lo
-		u := linearLoop(x[lo*p.in:hi*p.in], n, p.in, p.a, r, nil) // [n, r]
-		d := linearLoop(u, n, r, p.b, p.out, nil)                 // [n, out]
-		yr := y[lo*p.out : hi*p.out]
-		for i, di := range d {
-			if v := float32(a.scale * di); v != 0 {
-				yr[i] += v
-			}
+	var u, d []float32
+	if productKernel != nil { // its products spread over the cores themselves
+		u = product(x, rows, p.in, p.a, r) // [rows, r]
+		d = product(u, rows, r, p.b, p.out) // [rows, out]
+	} else {
+		u, d = make([]float32, rows*r), make([]float32, rows*p.out)
+		eachRows(rows, func(lo, hi int) { // each row as alone, over the cores
+			copy(u[lo*r:hi*r], linearLoop(x[lo*p.in:hi*p.in], hi-lo, p.in, p.a, r, nil))
+			copy(d[lo*p.out:hi*p.out], linearLoop(u[lo*r:hi*r], hi-lo, r, p.b, p.out, nil))
+		})
+	}
+	for i, di := range d {
+		if v := float32(a.scale * di); v != 0 {
+			y[i] += v
 		}
-	})
+	}
 }
 
 // merged returns w + scale·B·A for p's weight w, the product summed and scaled in float64 and
