@@ -314,7 +314,7 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
 	r := a.cfg.Rank
 	var u, d []float32
 	if productKernel != nil { // its products spread over the cores themselves
-		u = product(x, rows, p.in, p.a, r) // [rows, r]
+		u = product(x, rows, p.in, p.a, r)  // [rows, r]
 		d = product(u, rows, r, p.b, p.out) // [rows, out]
 	} else {
 		u, d = make([]float32, rows*r), make([]float32, rows*p.out)
