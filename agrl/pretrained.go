@@ -182,7 +182,7 @@ func (p PretrainedLM) record() *PretrainedRecord {
 // Pretrained makes the run train a pretrained model with LoRA (or, with PretrainedLM.Full,
 // every weight) instead of a Tiny policy (see PretrainedLM); it replaces the policy a recipe set (and Policy replaces it). From and task
 // screening do not apply to it (each is a validation error: turn screening off with Screen(0)).
-// A warm start trains the adapters on the demonstrations written in the model's own chat
+// A warm start trains the adapters (or every weight, with Full) on the demonstrations written in the model's own chat
 // format (the rollouts' token layout: agent.Policy.Demonstration), and GRPO's KL reference is
 // then the warm-started policy; without one (WarmStartSteps(0)) the pretrained model is the
 // start and the reference. The start is evaluated as the "before" of the before/after table.

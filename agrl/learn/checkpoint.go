@@ -417,7 +417,7 @@ func loadCheckpoint(ckdir, backend string) (*Policy, policyJSON, error) {
 		return nil, meta, fmt.Errorf("reading %s: %w", policyFile, err)
 	}
 	if meta.Kind == kindPretrained {
-		return nil, meta, errors.New("a checkpoint of a pretrained model's LoRA adapters, not of a Tiny policy (load it with LoadPretrained, or train it with GRPO.Pretrained)")
+		return nil, meta, errors.New("a checkpoint of a pretrained model (LoRA adapters or fine-tuned weights), not of a Tiny policy (load it with LoadPretrained, or train it with GRPO.Pretrained)")
 	}
 	if meta.Format != policyFormat {
 		return nil, meta, fmt.Errorf("format %d; this build reads %d", meta.Format, policyFormat)

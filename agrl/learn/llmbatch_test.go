@@ -2,6 +2,7 @@ package learn
 
 import (
 	"math"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -30,7 +31,8 @@ func TestNextBatchHostKernels(t *testing.T) {
 		}
 		return s
 	}
-	for _, width := range []int{1, 3, 9, 20} { // decoding rows below and above the row-split threshold
+	rowSplit := 8 * runtime.GOMAXPROCS(0)                // productT's threshold between its two paths
+	for _, width := range []int{1, 3, 9, rowSplit + 3} { // decoding rows below and above it
 		var batch, alone []*llm.Cache
 		var feeds [][]int32
 		for i := range width {
@@ -70,7 +72,8 @@ func TestNextBatchHostKernels(t *testing.T) {
 
 // TestBatchedRolloutSameEpisodes: a pretrained policy's rollout of a group (its steps run as
 // one batch) plays exactly the episodes it plays one episode at a time (Workers(1)): the same
-// ids, log-probs and turns.
+// ids, log-probs and turns. (Both batch the distinct prompts' prefill; that a batched prompt
+// gets Next's bits is TestNextBatch's and TestNextBatchHostKernels'.)
 func TestBatchedRolloutSameEpisodes(t *testing.T) {
 	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 5)
 	if err != nil {
@@ -115,8 +118,8 @@ func TestBatchedRolloutSameEpisodes(t *testing.T) {
 
 // TestHostAttention: the host attention kernel (llm.SetAttention) gives the portable loop's
 // logits to 1e-4 — a prompt long enough for the contraction blocks and the heads spread over
-// the cores, then decoding steps — and the same bits whether a sequence is decoded alone or in
-// a batch (TestNextBatchHostKernels).
+// the cores, then decoding steps — the same bits in tiles of a few query rows as in one, and
+// (TestNextBatchHostKernels) the same bits whether a sequence is decoded alone or in a batch.
 func TestHostAttention(t *testing.T) {
 	if !hostKernels {
 		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
@@ -146,8 +149,20 @@ func TestHostAttention(t *testing.T) {
 	}
 	kernel := run()
 	llm.SetAttention(nil)
+	t.Cleanup(func() { llm.SetAttention(hostAttend) })
 	loop := run()
 	llm.SetAttention(hostAttend)
+	// Tiles of a few query rows (a long prompt's) give the untiled result: the same chains of
+	// multiply-adds, the tile's unseen positions left out instead of weighing 0.
+	prev := attnTile
+	attnTile = 1000
+	tiled := run()
+	attnTile = prev
+	for i := range kernel {
+		if !slices.Equal(tiled[i], kernel[i]) {
+			t.Fatalf("position %d: tiled attention differs from untiled", i)
+		}
+	}
 	worst := 0.0
 	for i := range loop {
 		for j := range loop[i] {

@@ -106,15 +106,18 @@ func productT(x []float32, rows, in int, wt []float32, out int) []float32 {
 
 // hostAttend is llm.SetAttention's kernel: causal grouped-query attention as matrix products
 // on the host kernels. For each key-value head its keys are laid out transposed, [D, n] (n =
-// start+T positions), once for the query heads that share it; each query head's scores are
-// then S = q·Kᵀ·(1/√D) [T, n] (one product), each row's visible positions go through the
-// vector exp (expSum) and are divided by their sum, the rest weigh 0, and the result is S·V
-// (one product over the values as the cache holds them). Each call computes from its own
-// arguments only, single-threaded except that a long prompt's heads are spread over the cores.
+// start+T positions), once for the query heads that share it; the queries then go in tiles of
+// rows, so that the scores take at most attnTile values whatever the prompt's length: a tile's
+// scores are S = q·Kᵀ·(1/√D) over the positions its last row sees (one product), each row's
+// visible positions go through the vector exp (expSum) and are divided by their sum, the rest
+// weigh 0, and the tile's result is S·V (one product over the values as the cache holds them).
+// Each call computes from its own arguments only, single-threaded except that a long prompt's
+// heads are spread over the cores; its scratch comes from a pool.
 func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 	n := start + T
 	kvw, group := nkv*D, nq/nkv
 	scale := float32(1 / math.Sqrt(float64(D)))
+	tile := max(1, min(T, attnTile/n))
 	head := func(kh int, kt, s []float32) {
 		for j := range n { // Kᵀ of key-value head kh
 			row := keys[j*kvw+kh*D : j*kvw+kh*D+D]
@@ -124,22 +127,26 @@ func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 		}
 		for g := range group {
 			hd := kh*group + g
-			gemmSet(T, n, D, q[hd*D:], nq*D, 1, kt, n, s, n)
-			for t := range T {
-				row := s[t*n : (t+1)*n]
-				vis := row[:start+t+1]
-				mx := float32(math.Inf(-1))
-				for j, v := range vis {
-					vis[j] = v * scale
-					mx = max(mx, vis[j])
+			for t0 := 0; t0 < T; t0 += tile {
+				t1 := min(T, t0+tile)
+				w := start + t1 // the positions the tile's last row sees
+				gemmSet(t1-t0, w, D, q[t0*nq*D+hd*D:], nq*D, 1, kt, n, s, w)
+				for t := t0; t < t1; t++ {
+					row := s[(t-t0)*w : (t-t0+1)*w]
+					vis := row[:start+t+1]
+					mx := float32(math.Inf(-1))
+					for j, v := range vis {
+						vis[j] = v * scale
+						mx = max(mx, vis[j])
+					}
+					sum := expSum(vis, mx)
+					for j := range vis {
+						vis[j] /= sum
+					}
+					clear(row[start+t+1:])
 				}
-				sum := expSum(vis, mx)
-				for j := range vis {
-					vis[j] /= sum
-				}
-				clear(row[start+t+1:])
+				gemmSet(t1-t0, D, w, s, w, 1, values[kh*D:], kvw, out[t0*nq*D+hd*D:], nq*D)
 			}
-			gemmSet(T, D, n, s, n, 1, values[kh*D:], kvw, out[hd*D:], nq*D)
 		}
 	}
 	workers := 1
@@ -147,9 +154,27 @@ func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 		workers = min(nkv, runtime.GOMAXPROCS(0))
 	}
 	parallel(workers, func(w, nw int) {
-		kt, s := make([]float32, D*n), make([]float32, T*n)
+		kt, s := scratch(D*n), scratch(tile*n)
+		defer attnScratch.Put(kt)
+		defer attnScratch.Put(s)
 		for kh := w; kh < nkv; kh += nw {
-			head(kh, kt, s)
+			head(kh, *kt, *s)
 		}
 	})
+}
+
+// attnTile is the most scores one tile of hostAttend holds (4 MB); tests lower it.
+var attnTile = 1 << 20
+
+// attnScratch holds hostAttend's buffers between calls.
+var attnScratch sync.Pool
+
+// scratch returns a pooled buffer of n float32s (its values are overwritten before use).
+func scratch(n int) *[]float32 {
+	if b, ok := attnScratch.Get().(*[]float32); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]float32, n)
+	return &b
 }

@@ -38,7 +38,7 @@ type trainee interface {
 	checkFinite() error
 	// reference returns the frozen KL reference policy: the model as GRPO started, kept in
 	// dir (the Tiny model saves a copy there on first use; a LoRA model's is its base, adapters
-	// off, which costs nothing).
+	// off, which costs nothing; a fully fine-tuned one's a frozen copy of its weights).
 	reference(dir string) (Model, error)
 	// decode returns the text of token ids (the policy tokenizer's).
 	decode(ids []int32) string

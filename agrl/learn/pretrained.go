@@ -27,8 +27,11 @@ import (
 )
 
 // PretrainedPolicy is a pretrained Hugging Face model (agrl.Pretrained) as a GRPO policy: the
-// checkpoint's weights, frozen, plus trainable LoRA adapters. It implements Model, so the GRPO
-// trainer, its loss, evaluation and run directory are the Tiny model's.
+// checkpoint's weights, frozen, plus trainable LoRA adapters — or, with agrl.PretrainedLM.Full,
+// every weight trainable (see pretrained_full.go: the sampler then follows the store's weights,
+// the base model and the KL reference are frozen copies, a checkpoint is a whole model
+// directory). It implements Model, so the GRPO trainer, its loss, evaluation and run directory
+// are the Tiny model's.
 //
 //   - Sampling plays the environment in the model's own chat and tool-call format through
 //     agrl/llm/agent (token-in, token-out: an episode's Tokens are the prompt's ids, the ids
@@ -39,9 +42,12 @@ import (
 //     learner's, with LoRA dropout, are under its random masks).
 //   - The KL reference is the base model (adapters off): no second copy of the weights; after
 //     a warm start, the warm-started policy (the base with a frozen copy of its adapters).
+//     With full fine-tuning it is a frozen copy of the weights (the model directory's, or the
+//     warm start's).
 //   - A checkpoint holds the adapters in PEFT's format (adapter_config.json and
 //     adapter_model.safetensors, readable by PEFT and by llm.LoadAdapters), the optimizer
-//     state and policy.json; resuming restores both bit for bit.
+//     state and policy.json (with full fine-tuning, the whole model as a Hugging Face model
+//     directory instead of the adapters); resuming restores both bit for bit.
 //
 // Make one with LoadPretrained; a GRPO run with GRPO.Pretrained makes its own.
 type PretrainedPolicy struct {
@@ -78,7 +84,7 @@ const pretrainedScope = "/hf"
 
 // LoadPretrained loads the model directory of p and adds fresh LoRA adapters (B zero: the
 // policy starts as the pretrained model, bit for bit; A drawn from seed, as PEFT initialises
-// it).
+// it) — or, with p.Full(), makes every weight trainable.
 func LoadPretrained(p agrl.PretrainedLM, seed uint64) (*PretrainedPolicy, error) {
 	return loadPretrained(p, seed, "", nil)
 }
@@ -137,7 +143,11 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	if ckdir == "" {
 		return pp, nil
 	}
-	info, err := loadNewest(ckdir, "loading the adapters", warn, func(c string) (checkpointMark, error) {
+	what := "loading the adapters"
+	if pp.full {
+		what = "loading the fine-tuned weights"
+	}
+	info, err := loadNewest(ckdir, what, warn, func(c string) (checkpointMark, error) {
 		meta, err := pp.restore(c)
 		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}, err
 	})
@@ -192,7 +202,8 @@ func (p *PretrainedPolicy) Config() hf.Config { return p.cfg }
 // BackendConfig names the compute backend of scoring and training.
 func (p *PretrainedPolicy) BackendConfig() string { return p.backendConfig }
 
-// Checkpoint says which checkpoint the adapters were restored from (zero for fresh ones).
+// Checkpoint says which checkpoint the adapters (or fully fine-tuned weights) were restored
+// from (zero for fresh ones).
 func (p *PretrainedPolicy) Checkpoint() CheckpointInfo { return p.loaded }
 
 // AdapterParams counts the adapters' parameters (0 with full fine-tuning).
@@ -311,10 +322,11 @@ func (p *PretrainedPolicy) syncHost() error {
 		if err != nil {
 			return err
 		}
-		if p.cur, err = p.agent.WithModel(m); err != nil {
+		cur, err := p.agent.WithModel(m)
+		if err != nil {
 			return err
 		}
-		p.stale = false
+		p.cur, p.stale = cur, false
 		return nil
 	}
 	if err := p.graph.ExportAdapters(p.host); err != nil {
@@ -523,7 +535,8 @@ func (p *PretrainedPolicy) checkFinite() error {
 	return nil
 }
 
-// pretrainedTrainer takes AdamW steps on a PretrainedPolicy's adapters: the gradients of each
+// pretrainedTrainer takes AdamW steps on a PretrainedPolicy's trainable weights (its adapters,
+// or every weight with full fine-tuning): the gradients of each
 // micro-batch are added up on the host, then one update graph applies them. Its state lives in
 // the policy's store under /opt/<name>.
 type pretrainedTrainer struct {
@@ -789,7 +802,8 @@ func dropoutState(seed uint64, name string, step, chunk int) (*tensors.Tensor, e
 }
 
 // Checkpoints of a pretrained policy: policy.json (kind "pretrained"), the adapters in PEFT's
-// format and optimizer.safetensors (every variable under /opt, by store path).
+// format (with full fine-tuning, the whole model as a Hugging Face model directory) and
+// optimizer.safetensors (every variable under /opt, by store path).
 const (
 	kindPretrained = "pretrained"
 	optimizerFile  = "optimizer.safetensors"
@@ -940,7 +954,8 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 }
 
 // LoadModel restores the newest loadable checkpoint in dir, of a Tiny policy (LoadPolicy) or of
-// a pretrained one (its policy.json names the model directory and the adapters' settings; the
+// a pretrained one (its policy.json names the model directory and the adapters' settings, or
+// full fine-tuning; the
 // model directory must still be where it was), on the given backend ("" means the default,
 // or for a pretrained policy the one it was trained on).
 func LoadModel(dir, backend string) (Model, error) {

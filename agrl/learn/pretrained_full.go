@@ -71,6 +71,9 @@ type lazyFrozen struct {
 }
 
 func (l lazyFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	if l.view == "base" { // the policy's own base agent samples the checkpoint's weights
+		return l.p.agent.Rollout(env, tasks, opt)
+	}
 	f, err := l.p.frozenModel(l.view, l.host)
 	if err != nil {
 		return nil, agrl.RolloutStats{}, err

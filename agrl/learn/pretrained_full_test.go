@@ -199,6 +199,17 @@ func TestPretrainedFullFineTuning(t *testing.T) {
 		!strings.Contains(err.Error(), "fully fine-tuned") {
 		t.Errorf("LoRA policy from a full checkpoint: %v", err)
 	}
+	lp, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loraCk := filepath.Join(dir, "lora-checkpoints")
+	if _, err := lp.Save(loraCk); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadPretrained(agrl.Pretrained(tinyQwen3(t)).Full(), 1, loraCk, nil); err == nil || !strings.Contains(err.Error(), "LoRA adapters") {
+		t.Errorf("full fine-tuning from a LoRA checkpoint: %v", err)
+	}
 
 	// Resume: stop after step 1, run the same configuration again.
 	g := fullGRPO(t, filepath.Join(dir, "resumed"))

@@ -293,7 +293,9 @@ var linearKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // weight, never modified: a kernel may keep a re-laid-out copy of it). nil restores the portable
 // loop. agrl/learn installs its vector kernels (GOEXPERIMENT=simd builds on AVX-512 or AVX2
 // CPUs); their sums run in another order, so logits differ from the portable loop's in the last
-// bits. Set it before any forward pass runs, not concurrently with one.
+// bits. Each row of f's result must depend on its own row of x only, computed the same way
+// whatever the other rows (NextBatch relies on it to give a batched sequence the bits it gets
+// alone). Set it before any forward pass runs, not concurrently with one.
 func SetLinear(f func(x []float32, rows, in int, w []float32, out int) []float32) { linearKernel = f }
 
 // productKernel, when set by SetProduct, computes the products of weights that change.
@@ -317,7 +319,7 @@ func product(x []float32, rows, in int, w []float32, out int) []float32 {
 // linear returns x·wᵀ + b for rows rows of in values: w is [out, in] (a checkpoint's Linear
 // weight), b is [out] or nil. The result is [rows, out]. It runs the installed kernel
 // (SetLinear), which may keep a copy of w: call it only with the model's immutable weights, and
-// linearLoop with anything that changes (adapters).
+// product with anything that changes (adapters).
 func linear(x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
 	if linearKernel == nil {
 		return linearLoop(x, rows, in, w, out, b)

@@ -22,8 +22,9 @@ import (
 const DefaultScope = "/hf"
 
 // A Model is a decoder's weights as variables of a GoMLX model.Store, and the builders of its
-// graphs (TokenStats, Logits). The base weights are frozen (not trainable); LoRA adapters, once
-// added (AddLoRA, SetAdapters), are trainable. Base returns the same model without the adapter
+// graphs (TokenStats, Logits). The base weights are frozen (not trainable) unless TrainBase
+// makes them trainable (full fine-tuning); LoRA adapters, once added (AddLoRA, SetAdapters),
+// are trainable. Base returns the same model without the adapter
 // term, sharing every variable: GRPO's reference policy.
 //
 // A Model is not safe for concurrent use while adapters are being added or exported; building
@@ -190,7 +191,7 @@ func (m *Model) Dropout(rng *graph.Node) *Model {
 // IsBase reports whether m is a view without adapters (see Base).
 func (m *Model) IsBase() bool { return m.base }
 
-// BaseVariables returns the frozen base weights, in hf.Config.Tensors order.
+// BaseVariables returns the base weights (frozen unless TrainBase), in hf.Config.Tensors order.
 func (m *Model) BaseVariables() []*model.Variable {
 	var vs []*model.Variable
 	for _, spec := range m.cfg.Tensors() {

@@ -46,7 +46,10 @@
 // episodes however many run at once (Policy.Workers). Tasks with the same prompt, such as the
 // G samples of a GRPO group, share one forward pass of the prompt: its KV cache is cloned.
 //
-// The model runs in agrl/llm's reference forward pass: float32, one sequence at a time per
-// goroutine, on the CPU, each token one pass over all the weights in scalar Go: exact, not
-// fast. It suits tests, small models and checking a faster sampler against it.
+// The model runs in agrl/llm's forward pass, float32 on the CPU. The episodes being played
+// advance together: each round, every one's next step (a sampled id, or an observation) goes
+// through the model as one batch (llm.Model.NextBatch), one pass over the weights for all of
+// them, each getting the bits it would get alone; the distinct prompts are prefilled the same
+// way. The products, attention and LoRA terms run in scalar Go unless a faster kernel is
+// installed (agrl/learn installs its vector kernels in GOEXPERIMENT=simd builds).
 package agent

@@ -22,8 +22,8 @@ import (
 // model (or a LoRA view of it), its tokenizer and its chat.Format, plus the system prompt
 // and the number of episodes sampled at once. Make one with Load, LoadFormat or New.
 //
-// A Policy is immutable: System, Workers and Adapters return a changed copy. Its methods are
-// safe for concurrent use.
+// A Policy is immutable: System, Workers, Adapters and WithModel return a changed copy. Its
+// methods are safe for concurrent use.
 type Policy struct {
 	model  *llm.Model
 	tok    *bpe.Tokenizer
@@ -179,8 +179,10 @@ func (p *Policy) System(s string) *Policy {
 // Workers returns a copy of the policy that plays at most n episodes of a Rollout at once,
 // each on its own goroutine, their steps running through the model together (one pass over
 // the weights for all of them: llm.Model.NextBatch, which spreads the products and the
-// attention over the cores). n < 1, the default, means every episode of the call. The
-// episodes do not depend on n: only the speed does.
+// attention over the cores). n < 1, the default, means DefaultBatch (or GOMAXPROCS if
+// more): past a few sequences a pass over the weights costs little more, while each episode
+// played holds its KV cache (at the Qwen3-0.6B shape, 229 KB a token). The episodes do not
+// depend on n: only the speed and the memory do.
 func (p *Policy) Workers(n int) *Policy {
 	q := *p
 	q.workers = max(n, 0)
@@ -232,14 +234,19 @@ func (p *Policy) StopTokens() []int32 { return append([]int32(nil), p.stops...) 
 // Context is the longest sequence the model takes: max_position_embeddings.
 func (p *Policy) Context() int { return p.model.Config().MaxPositionEmbeddings }
 
-// numWorkers is how many of jobs run at once: the Workers setting, by default every job when
-// their steps are batched and GOMAXPROCS otherwise (streams that run on their own).
+// DefaultBatch is how many episodes a Rollout plays at once by default (see Workers): a
+// GRPO group of 16 decodes as one batch.
+const DefaultBatch = 16
+
+// numWorkers is how many of jobs run at once: the Workers setting, by default DefaultBatch
+// (or GOMAXPROCS if more) when their steps are batched and GOMAXPROCS otherwise (streams that
+// run on their own).
 func (p *Policy) numWorkers(jobs int, batched bool) int {
 	n := p.workers
 	if n < 1 {
 		n = runtime.GOMAXPROCS(0)
 		if batched {
-			n = jobs
+			n = max(n, DefaultBatch)
 		}
 	}
 	return max(1, min(n, jobs))
