@@ -97,42 +97,10 @@ func TestPretrainedFullFineTuning(t *testing.T) {
 	}
 
 	// The sampler samples from the trained weights: its log-probs are the scorer's.
-	env := calc.New()
-	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
-	eps, _, err := pre.Rollout(env, tasks, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scores, err := pre.Score(tokensOf(eps), 0.9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	baseScores, err := pre.BaseModel().Score(tokensOf(eps), 0.9)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eps, baseScores := samplerMatchesScorer(t, pre)
 	hostBase, err := base.Logits(eps[0].Tokens[:len(eps[0].Tokens)-1])
 	if err != nil {
 		t.Fatal(err)
-	}
-	differs := false
-	for i, ep := range eps {
-		for j := 1; j < len(ep.Tokens); j++ {
-			if ep.LossMask[j] == 0 {
-				continue
-			}
-			if d := math.Abs(float64(scores[i].LogProbs[j-1] - ep.LogProbs[j])); d > 1e-4 {
-				t.Fatalf("episode %d token %d: scorer %v, sampler %v", i, j, scores[i].LogProbs[j-1], ep.LogProbs[j])
-			}
-			differs = differs || math.Abs(float64(baseScores[i].LogProbs[j-1]-ep.LogProbs[j])) > 1e-3
-		}
-	}
-	if !differs {
-		t.Fatal("the base model scores like the trained one")
 	}
 	// The base view is the pretrained model: its log-probs are the host model's of the file.
 	for j := 1; j < len(eps[0].Tokens); j++ {
@@ -212,20 +180,7 @@ func TestPretrainedFullFineTuning(t *testing.T) {
 	}
 
 	// Resume: stop after step 1, run the same configuration again.
-	g := fullGRPO(t, filepath.Join(dir, "resumed"))
-	trainUntil(t, g, 1)
-	tr2, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr2.StepNumber() != 1 {
-		t.Fatalf("resumed at step %d, want 1", tr2.StepNumber())
-	}
-	res2, err := tr2.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
+	tr2 := resumedAfterStep1(t, fullGRPO(t, filepath.Join(dir, "resumed")), res.History)
 	w2, err := tr2.Pretrained().Graph().BaseWeights()
 	if err != nil {
 		t.Fatal(err)

@@ -239,20 +239,7 @@ func TestPretrainedGRPO(t *testing.T) {
 	}
 
 	// Resume: stop after step 1, run the same configuration again.
-	g := pretrainedGRPO(t, filepath.Join(dir, "resumed"))
-	trainUntil(t, g, 1)
-	tr2, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tr2.StepNumber() != 1 {
-		t.Fatalf("resumed at step %d, want 1", tr2.StepNumber())
-	}
-	res2, err := tr2.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameHistories(t, res.History, res2.History, [2]string{"straight", "resumed"})
+	tr2 := resumedAfterStep1(t, pretrainedGRPO(t, filepath.Join(dir, "resumed")), res.History)
 	a2, err := tr2.Pretrained().Adapters()
 	if err != nil {
 		t.Fatal(err)
@@ -262,6 +249,27 @@ func TestPretrainedGRPO(t *testing.T) {
 			t.Fatalf("resumed adapter %s differs from the uninterrupted run's", p.Name)
 		}
 	}
+}
+
+// resumedAfterStep1 runs g until step 1 and stops it, resumes it (checking that it resumes at
+// step 1), trains it to the end and checks that its history equals want, the history of the
+// same run uninterrupted; it returns the resumed trainer.
+func resumedAfterStep1(t *testing.T, g agrl.GRPO, want []agrl.Metrics) *GRPOTrainer {
+	t.Helper()
+	trainUntil(t, g, 1)
+	tr, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.StepNumber() != 1 {
+		t.Fatalf("resumed at step %d, want 1", tr.StepNumber())
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameHistories(t, want, res.History, [2]string{"straight", "resumed"})
+	return tr
 }
 
 func transposeF32(w []float32, rows, cols int) []float32 {
@@ -296,6 +304,15 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.stale = true
+	samplerMatchesScorer(t, p)
+}
+
+// samplerMatchesScorer plays 4 calc episodes with p and checks that the graph scorer's
+// log-probs of the sampled tokens equal the sampler's to 1e-4 and that the base view's differ
+// (p's trainable weights are not the base's); it returns the episodes and the base view's
+// scores.
+func samplerMatchesScorer(t *testing.T, p *PretrainedPolicy) ([]*agrl.Episode, []TokenScores) {
+	t.Helper()
 	env := calc.New()
 	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
 	if err != nil {
@@ -327,8 +344,9 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 		}
 	}
 	if !differs {
-		t.Fatal("the base view scores like the adapted model")
+		t.Fatal("the base view scores like the trained model")
 	}
+	return eps, baseScores
 }
 
 // TestPretrainedLoRADropout: with lora_dropout the learner's steps draw masks on the adapter
