@@ -357,7 +357,7 @@ func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenSc
 // checkpoint's weights, made on first use (its methods report a failure to make it).
 func (p *PretrainedPolicy) BaseModel() Model {
 	if p.full {
-		return lazyFrozen{p: p, view: "base", host: func() (*llm.Model, error) { return p.base, nil }}
+		return fullBase{p}
 	}
 	return pretrainedBase{p}
 }

@@ -63,43 +63,41 @@ func (p *PretrainedPolicy) frozenModel(view string, host func() (*llm.Model, err
 	return f, nil
 }
 
-// lazyFrozen is a frozen copy made on first use (BaseModel of a fully fine-tuned policy).
-type lazyFrozen struct {
-	p    *PretrainedPolicy
-	view string
-	host func() (*llm.Model, error)
-}
+// fullBase is BaseModel of a fully fine-tuned policy: the checkpoint's weights. Its rollouts
+// are the policy's base agent's (the host model of the checkpoint); its scores come from the
+// frozen copy in the store, made on first use.
+type fullBase struct{ p *PretrainedPolicy }
 
-func (l lazyFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
-	if l.view == "base" { // the policy's own base agent samples the checkpoint's weights
-		return l.p.agent.Rollout(env, tasks, opt)
-	}
-	f, err := l.p.frozenModel(l.view, l.host)
-	if err != nil {
-		return nil, agrl.RolloutStats{}, err
-	}
-	return f.Rollout(env, tasks, opt)
+func (b fullBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	return b.p.agent.Rollout(env, tasks, opt)
 }
-func (l lazyFrozen) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	f, err := l.p.frozenModel(l.view, l.host)
+func (b fullBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
+	f, err := b.p.frozenBase()
 	if err != nil {
 		return nil, err
 	}
 	return f.Score(seqs, temperature)
 }
-func (l lazyFrozen) BackendConfig() string      { return l.p.backendConfig }
-func (l lazyFrozen) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
+func (b fullBase) BackendConfig() string      { return b.p.backendConfig }
+func (b fullBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
+
+// frozenBase is the frozen copy of the checkpoint's weights.
+func (p *PretrainedPolicy) frozenBase() (*pretrainedFrozen, error) {
+	return p.frozenModel("base", func() (*llm.Model, error) { return p.base, nil })
+}
 
 // fullReference is GRPO's KL reference under full fine-tuning: a frozen copy of the
 // checkpoint's weights, or after a warm start of the warm-started ones, saved in dir on first
 // use (a Hugging Face model directory, float32, written whole before it is renamed into place)
 // and read back from there on resume.
 func (p *PretrainedPolicy) fullReference(dir string) (Model, error) {
-	view, host := "base", func() (*llm.Model, error) { return p.base, nil }
+	var f *pretrainedFrozen
+	var err error
 	if p.warm {
-		view, host = "reference", func() (*llm.Model, error) { return p.warmWeights(dir) }
+		f, err = p.frozenModel("reference", func() (*llm.Model, error) { return p.warmWeights(dir) })
+	} else {
+		f, err = p.frozenBase()
 	}
-	f, err := p.frozenModel(view, host)
 	if err != nil {
 		return nil, err
 	}
