@@ -53,8 +53,9 @@ bench:
 bench-peer:
 	$(PYTHON) scripts/bench_peer.py $(ARGS)
 
-## bench-llm: the pretrained path at a real shape with random weights (prefill, decode, LoRA
-## training tokens/s), side by side with the same decoder in PyTorch (ARGS="qwen3-0.6b 3")
+## bench-llm: the pretrained path at a real shape with random weights (prefill, decode at batch
+## 1 and 8, LoRA training tokens/s), side by side with the same decoder in PyTorch
+## (ARGS="qwen3-0.6b 3"; ARGS="smollm2-135m 2 full": the training step fine-tunes every weight)
 bench-llm:
 	scripts/bench_llm.sh $(ARGS)
 
