@@ -32,24 +32,7 @@ func fullGRPO(t *testing.T, out string) agrl.GRPO {
 // and a run stopped after step 1 and resumed that ends bit-identical to one that did not stop.
 func TestPretrainedFullFineTuning(t *testing.T) {
 	dir := t.TempDir()
-	tr, err := Build(fullGRPO(t, filepath.Join(dir, "straight")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.History) != 3 {
-		t.Fatalf("%d steps logged, want 3", len(res.History))
-	}
-	for _, m := range res.History {
-		for _, k := range []string{agrl.MetricLoss, agrl.MetricGradNorm, agrl.MetricKL, agrl.MetricEntropy} {
-			if bad(m[k]) {
-				t.Errorf("step %v: %s = %v", m.Step(), k, m[k])
-			}
-		}
-	}
+	tr, res := trainFinite(t, fullGRPO(t, filepath.Join(dir, "straight")), 3)
 	if kl := res.History[0][agrl.MetricKL]; kl > 1e-6 {
 		t.Errorf("KL to the pretrained model at step 1 = %v, want 0", kl)
 	}

@@ -90,24 +90,9 @@ func pretrainedGRPO(t *testing.T, out string) agrl.GRPO {
 // and a run stopped after step 1 and resumed that ends bit-identical to one that did not stop.
 func TestPretrainedGRPO(t *testing.T) {
 	dir := t.TempDir()
-	tr, err := Build(pretrainedGRPO(t, filepath.Join(dir, "straight")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.History) != 3 {
-		t.Fatalf("%d steps logged, want 3", len(res.History))
-	}
+	tr, res := trainFinite(t, pretrainedGRPO(t, filepath.Join(dir, "straight")), 3)
 	signal := false
 	for _, m := range res.History {
-		for _, k := range []string{agrl.MetricLoss, agrl.MetricGradNorm, agrl.MetricKL, agrl.MetricEntropy} {
-			if bad(m[k]) {
-				t.Errorf("step %v: %s = %v", m.Step(), k, m[k])
-			}
-		}
 		signal = signal || m[agrl.MetricFracRewardZeroStd] < 1
 	}
 	if !signal {
@@ -249,6 +234,31 @@ func TestPretrainedGRPO(t *testing.T) {
 			t.Fatalf("resumed adapter %s differs from the uninterrupted run's", p.Name)
 		}
 	}
+}
+
+// trainFinite builds and trains g, checks that it logged steps steps and that every step's
+// loss, gradient norm, KL and entropy are finite, and returns the trainer and its result.
+func trainFinite(t *testing.T, g agrl.GRPO, steps int) (*GRPOTrainer, *TrainResult) {
+	t.Helper()
+	tr, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tr.Train(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.History) != steps {
+		t.Fatalf("%d steps logged, want %d", len(res.History), steps)
+	}
+	for _, m := range res.History {
+		for _, k := range []string{agrl.MetricLoss, agrl.MetricGradNorm, agrl.MetricKL, agrl.MetricEntropy} {
+			if bad(m[k]) {
+				t.Errorf("step %v: %s = %v", m.Step(), k, m[k])
+			}
+		}
+	}
+	return tr, res
 }
 
 // resumedAfterStep1 runs g until step 1 and stops it, resumes it (checking that it resumes at
