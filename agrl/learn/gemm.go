@@ -26,11 +26,8 @@ func gemmRowsK(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb 
 	if m == 0 || n == 0 {
 		return
 	}
-	parallel(min(workers, max(1, m/8)), func(w, nw int) {
-		lo, hi := split(m, w, nw, 4)
-		if lo < hi {
-			gemmK(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc, load)
-		}
+	chunked(workers, m, 4, 8, func(lo, hi int) {
+		gemmK(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc, load)
 	})
 }
 
@@ -45,18 +42,7 @@ func gemmSet(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 
 // rowsDo runs f over the rows [lo, hi) of n rows split over workers.
 func rowsDo(workers, n int, f func(lo, hi int)) {
-	parallel(min(workers, max(1, n/8)), func(w, nw int) {
-		lo, hi := split(n, w, nw, 1)
-		f(lo, hi)
-	})
-}
-
-// split returns worker w's part [lo, hi) of n items cut into nw parts whose bounds are multiples
-// of align (except the last).
-func split(n, w, nw, align int) (lo, hi int) {
-	units := (n + align - 1) / align
-	lo, hi = w*units/nw*align, (w+1)*units/nw*align
-	return min(lo, n), min(hi, n)
+	chunked(workers, n, 1, 8, f)
 }
 
 // gemmScalar is the portable kernel: the same products, one element at a time.

@@ -28,21 +28,6 @@ import (
 // of model.go (TestHostMatchesGraph checks the statistics and the gradients against the
 // graph's); where it runs is onHost's choice, everything else uses the graphs.
 
-// parallel runs f(w, nw) for w < nw on nw goroutines (the caller's included) and waits.
-func parallel(nw int, f func(w, nw int)) {
-	if nw <= 1 {
-		f(0, 1)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := 1; w < nw; w++ {
-		wg.Add(1)
-		go func() { defer wg.Done(); f(w, nw) }()
-	}
-	f(0, nw)
-	wg.Wait()
-}
-
 // hostWeights are the model's weights copied from the store for one step, laid out for the
 // host kernels; the transposes the backward pass multiplies by are filled in by transposes.
 type hostWeights struct {
@@ -195,23 +180,38 @@ func (c arch) ropeCompute() (cos, sin []float32) {
 // ropeRows rotates the hd-wide blocks at column col of rows lo..hi of x (row length ld) by
 // their positions (pos[r]); inverse rotates by minus the angle (the backward pass).
 func ropeRows(x []float32, ld, col, hd int, pos []int32, cos, sin []float32, lo, hi int, inverse bool) {
-	half := hd / 2
 	for r := lo; r < hi; r++ {
-		cs, sn := cos[int(pos[r])*hd:], sin[int(pos[r])*hd:]
-		v := x[r*ld+col : r*ld+col+hd]
-		for i := range half {
-			x1, x2, c, s := v[i], v[i+half], cs[i], sn[i]
-			if inverse {
-				s = -s
-			}
-			v[i], v[i+half] = x1*c-x2*s, x2*c+x1*s
-		}
+		p := int(pos[r]) * hd
+		ropeRotate(x[r*ld+col:r*ld+col+hd], cos[p:p+hd], sin[p:p+hd], hd/2, inverse)
 	}
 }
 
 // layerNormRows normalises rows lo..hi of x [·, d] into y with gain g and bias b.
 func layerNormRows(x, y, g, b []float32, d, lo, hi int, cache lnCache) {
-	for r := lo; r < hi; r++ {
+	r := lo
+	for ; r+4 <= hi; r += 4 { // four rows' sums at once: four chains in flight, each in order
+		x0, x1, x2, x3 := x[r*d:(r+1)*d], x[(r+1)*d:(r+2)*d], x[(r+2)*d:(r+3)*d], x[(r+3)*d:(r+4)*d]
+		x1, x2, x3 = x1[:len(x0)], x2[:len(x0)], x3[:len(x0)]
+		var m0, m1, m2, m3 float32
+		for j, v := range x0 {
+			m0 += v
+			m1 += x1[j]
+			m2 += x2[j]
+			m3 += x3[j]
+		}
+		m0, m1, m2, m3 = m0/float32(d), m1/float32(d), m2/float32(d), m3/float32(d)
+		var v0, v1, v2, v3 float32
+		for j, v := range x0 {
+			v0 += (v - m0) * (v - m0)
+			v1 += (x1[j] - m1) * (x1[j] - m1)
+			v2 += (x2[j] - m2) * (x2[j] - m2)
+			v3 += (x3[j] - m3) * (x3[j] - m3)
+		}
+		for k, mv := range [4][2]float32{{m0, v0}, {m1, v1}, {m2, v2}, {m3, v3}} {
+			layerNormFinish(x, y, g, b, d, r+k, mv[0], mv[1], cache)
+		}
+	}
+	for ; r < hi; r++ {
 		row := x[r*d : (r+1)*d]
 		var mean float32
 		for _, v := range row {
@@ -222,49 +222,67 @@ func layerNormRows(x, y, g, b []float32, d, lo, hi int, cache lnCache) {
 		for _, v := range row {
 			vs += (v - mean) * (v - mean)
 		}
-		rstd := float32(1 / math.Sqrt(float64(vs/float32(d)+lnEps)))
-		cache.rstd[r] = rstd
-		xh, out := cache.xhat[r*d:(r+1)*d], y[r*d:(r+1)*d]
-		for j, v := range row {
-			xh[j] = (v - mean) * rstd
-			out[j] = xh[j]*g[j] + b[j]
-		}
+		layerNormFinish(x, y, g, b, d, r, mean, vs, cache)
 	}
+}
+
+// layerNormFinish normalises row r of x into y given its mean and its sum of squared
+// deviations vs.
+func layerNormFinish(x, y, g, b []float32, d, r int, mean, vs float32, cache lnCache) {
+	rstd := float32(1 / math.Sqrt(float64(vs/float32(d)+lnEps)))
+	cache.rstd[r] = rstd
+	lnApply(x[r*d:(r+1)*d], cache.xhat[r*d:(r+1)*d], y[r*d:(r+1)*d], g, b, mean, rstd)
 }
 
 // layerNormBackRows adds LayerNorm's input gradient for rows lo..hi to dx, given the output
 // gradient dy: dx += r·(dx̂ − mean(dx̂) − x̂·mean(dx̂·x̂)) with dx̂ = dy·g.
 func layerNormBackRows(dy, dx, g []float32, d, lo, hi int, cache lnCache) {
-	dxh := make([]float32, d)
-	for r := lo; r < hi; r++ {
-		xh, dyr := cache.xhat[r*d:(r+1)*d], dy[r*d:(r+1)*d]
+	dxh := make([]float32, 4*d)
+	finish := func(r int, dxh []float32, m1, m2 float32) {
+		lnBackApply(dx[r*d:(r+1)*d], dxh, cache.xhat[r*d:(r+1)*d], m1/float32(d), m2/float32(d), cache.rstd[r])
+	}
+	r := lo
+	for ; r+4 <= hi; r += 4 { // four rows' sums at once, each in order
+		for k := range 4 {
+			mulInto(dxh[k*d:(k+1)*d], dy[(r+k)*d:(r+k+1)*d], g[:d])
+		}
+		d0, d1, d2, d3 := dxh[:d], dxh[d:2*d], dxh[2*d:3*d], dxh[3*d:]
+		h0, h1, h2, h3 := cache.xhat[r*d:(r+1)*d], cache.xhat[(r+1)*d:(r+2)*d], cache.xhat[(r+2)*d:(r+3)*d], cache.xhat[(r+3)*d:(r+4)*d]
+		d1, d2, d3, h0, h1, h2, h3 = d1[:len(d0)], d2[:len(d0)], d3[:len(d0)], h0[:len(d0)], h1[:len(d0)], h2[:len(d0)], h3[:len(d0)]
+		var a0, a1, a2, a3, b0, b1, b2, b3 float32
+		for j, v := range d0 {
+			a0 += v
+			b0 += v * h0[j]
+			a1 += d1[j]
+			b1 += d1[j] * h1[j]
+			a2 += d2[j]
+			b2 += d2[j] * h2[j]
+			a3 += d3[j]
+			b3 += d3[j] * h3[j]
+		}
+		finish(r, d0, a0, b0)
+		finish(r+1, d1, a1, b1)
+		finish(r+2, d2, a2, b2)
+		finish(r+3, d3, a3, b3)
+	}
+	for ; r < hi; r++ {
+		xh, dr := cache.xhat[r*d:(r+1)*d], dxh[:d]
+		mulInto(dr, dy[r*d:(r+1)*d], g[:d])
 		var m1, m2 float32
-		for j := range d {
-			dxh[j] = dyr[j] * g[j]
-			m1 += dxh[j]
-			m2 += dxh[j] * xh[j]
+		for j, v := range dr {
+			m1 += v
+			m2 += v * xh[j]
 		}
-		m1 /= float32(d)
-		m2 /= float32(d)
-		rstd, out := cache.rstd[r], dx[r*d:(r+1)*d]
-		for j := range d {
-			out[j] += rstd * (dxh[j] - m1 - xh[j]*m2)
-		}
+		finish(r, dr, m1, m2)
 	}
 }
 
 // gainGrads adds Σ_rows dy·x̂ to dg and Σ_rows dy to db, the columns split over the workers
 // (each column's sum runs over the rows in order, whatever the split).
 func gainGrads(workers int, dy []float32, cache lnCache, dg, db []float32, n, d int) {
-	parallel(min(workers, max(1, d/16)), func(w, nw int) {
-		lo, hi := split(d, w, nw, 16)
+	chunked(workers, d, 16, 16, func(lo, hi int) {
 		for r := range n {
-			xh, dyr := cache.xhat[r*d+lo:r*d+hi], dy[r*d+lo:r*d+hi]
-			g, b := dg[lo:hi], db[lo:hi]
-			for j := range g {
-				g[j] += dyr[j] * xh[j]
-				b[j] += dyr[j]
-			}
+			gainAcc(dg[lo:hi], db[lo:hi], dy[r*d+lo:r*d+hi], cache.xhat[r*d+lo:r*d+hi])
 		}
 	})
 }
@@ -306,22 +324,16 @@ func (c arch) mlpResidual(nw, n int, lw *hostLayer, x, h, u []float32, lnc lnCac
 // is computed only up to (or from) the diagonal.
 const causalBlock = 16
 
-// seqSplit assigns the sequences to workers, balancing the attention's cost (length²).
-func seqSplit(seqs [][]int32, nw int) [][]int {
-	parts := make([][]int, nw)
-	load := make([]int, nw)
-	for s := range seqs {
-		best := 0
-		for w := 1; w < nw; w++ {
-			if load[w] < load[best] {
-				best = w
-			}
-		}
-		l := len(seqs[s]) - 1
-		load[best] += l*l + 64
-		parts[best] = append(parts[best], s)
+// seqOrder lists the sequences longest first, the order the workers take them in for the
+// attention (its cost grows as length², so the long ones go first and the short ones fill in
+// at the end; see eachChunk).
+func seqOrder(seqs [][]int32) []int {
+	order := make([]int, len(seqs))
+	for s := range order {
+		order[s] = s
 	}
-	return parts
+	slices.SortStableFunc(order, func(a, b int) int { return len(seqs[b]) - len(seqs[a]) })
+	return order
 }
 
 // hostForward runs the model over the sequences (each at least 2 tokens, at most the context)
@@ -344,7 +356,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 			copy(x[(ps.off[s]+t)*d:], w.embed[int(tok)*d:(int(tok)+1)*d])
 		}
 	}
-	bySeq := seqSplit(seqs, nw)
+	order := seqOrder(seqs)
 	rows := func(f func(lo, hi int)) { rowsDo(nw, n, f) }
 	for l := range w.layers {
 		lw := &w.layers[l]
@@ -360,36 +372,28 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 			kTs[wk] = raw(hd * c.Context)
 		}
 		c.attentionInputs(nw, n, lw, x, a.h1, a.qkv, a.ln1, pos)
-		parallel(nw, func(wk, _ int) {
-			for _, s := range bySeq[wk] {
-				L, o0 := len(seqs[s])-1, ps.off[s]
-				kT := kTs[wk][:hd*L]
-				for h := range nh {
-					for t := range L {
-						for j, kv := range a.qkv[(o0+t)*3*d+d+h*hd : (o0+t)*3*d+d+(h+1)*hd] {
-							kT[j*L+t] = kv
-						}
+		eachChunk(nw, len(order), func(wk, i int) {
+			s := order[i]
+			L, o0 := len(seqs[s])-1, ps.off[s]
+			kT := kTs[wk][:hd*L]
+			for h := range nh {
+				for t := range L {
+					for j, kv := range a.qkv[(o0+t)*3*d+d+h*hd : (o0+t)*3*d+d+(h+1)*hd] {
+						kT[j*L+t] = kv
 					}
-					pr := a.probs[s*nh+h]
-					q := a.qkv[o0*3*d+h*hd:]
-					for i0 := 0; i0 < L; i0 += causalBlock { // the scores at or below the diagonal
-						gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, q[i0*3*d:], 3*d, 1, kT, L, pr[i0*L:], L)
-					}
-					for i := range L {
-						row := pr[i*L : (i+1)*L]
-						mx := row[0]
-						for _, sv := range row[1 : i+1] {
-							mx = max(mx, sv)
-						}
-						inv := 1 / expSum(row[:i+1], mx)
-						for j := range i + 1 {
-							row[j] *= inv
-						}
-						clear(row[i+1:])
-					}
-					for i0 := 0; i0 < L; i0 += causalBlock { // o = P·v over the keys a query sees
-						gemmSet(min(causalBlock, L-i0), hd, min(L, i0+causalBlock), pr[i0*L:], L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[(o0+i0)*d+h*hd:], d)
-					}
+				}
+				pr := a.probs[s*nh+h]
+				q := a.qkv[o0*3*d+h*hd:]
+				for i0 := 0; i0 < L; i0 += causalBlock { // the scores at or below the diagonal
+					gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, q[i0*3*d:], 3*d, 1, kT, L, pr[i0*L:], L)
+				}
+				for i := range L {
+					row := pr[i*L : (i+1)*L]
+					scaleBy(row[:i+1], 1/expSum(row[:i+1], maxOf(row[:i+1])))
+					clear(row[i+1:])
+				}
+				for i0 := 0; i0 < L; i0 += causalBlock { // o = P·v over the keys a query sees
+					gemmSet(min(causalBlock, L-i0), hd, min(L, i0+causalBlock), pr[i0*L:], L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[(o0+i0)*d+h*hd:], d)
 				}
 			}
 		})
@@ -414,7 +418,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 			ps.ent[r] = logSoftmaxRow(z, ban, invT, ps.p[r*v:(r+1)*v])
 			lt := z[targets[r]]
 			ps.logp[r] = lt
-			if lt >= slices.Max(z) {
+			if lt >= maxOf(z) {
 				ps.top1[r] = 1
 			}
 		}
@@ -441,9 +445,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		for r := lo; r < hi; r++ {
 			lp, pr, dz := ps.lp[r*v:(r+1)*v], ps.p[r*v:(r+1)*v], dlog[r*v:(r+1)*v]
 			a, e, ent := dlogp[r], dent[r], ps.ent[r]
-			for j, l := range lp {
-				dz[j] = ps.invT * (-a*pr[j] - e*pr[j]*(l+ent))
-			}
+			outputGrad(dz, lp, pr, a, e, ent, ps.invT)
 			dz[targets[r]] += ps.invT * a
 		}
 	})
@@ -458,7 +460,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 	rows(func(lo, hi int) { layerNormBackRows(dh, dx, w.lnfG, d, lo, hi, ps.lnf) })
 	cos, sin := c.ropeHost()
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	bySeq := seqSplit(ps.seqs, nw)
+	order := seqOrder(ps.seqs)
 	for l := len(w.layers) - 1; l >= 0; l-- {
 		lw, a := &w.layers[l], &ps.layers[l]
 		pre := fmt.Sprintf("layer%d/", l)
@@ -485,40 +487,39 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		for wk := range nw {
 			vTs[wk], dps[wk] = raw(hd*c.Context), raw(c.Context*c.Context)
 		}
-		parallel(nw, func(wk, _ int) {
-			for _, s := range bySeq[wk] {
-				L, o0 := len(ps.seqs[s])-1, ps.off[s]
-				vT, dp := vTs[wk][:hd*L], dps[wk][:L*L]
-				for h := range nh {
-					pr := a.probs[s*nh+h]
-					for t := range L {
-						for j, vv := range a.qkv[(o0+t)*3*d+2*d+h*hd : (o0+t)*3*d+2*d+(h+1)*hd] {
-							vT[j*L+t] = vv
-						}
+		eachChunk(nw, len(order), func(wk, i int) {
+			s := order[i]
+			L, o0 := len(ps.seqs[s])-1, ps.off[s]
+			vT, dp := vTs[wk][:hd*L], dps[wk][:L*L]
+			for h := range nh {
+				pr := a.probs[s*nh+h]
+				for t := range L {
+					for j, vv := range a.qkv[(o0+t)*3*d+2*d+h*hd : (o0+t)*3*d+2*d+(h+1)*hd] {
+						vT[j*L+t] = vv
 					}
-					for i0 := 0; i0 < L; i0 += causalBlock { // dP = dO·vᵀ at or below the diagonal
-						gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, do[(o0+i0)*d+h*hd:], d, 1, vT, L, dp[i0*L:], L)
+				}
+				for i0 := 0; i0 < L; i0 += causalBlock { // dP = dO·vᵀ at or below the diagonal
+					gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, do[(o0+i0)*d+h*hd:], d, 1, vT, L, dp[i0*L:], L)
+				}
+				for i := range L { // dS = P⊙(dP − Σ P⊙dP)
+					prow, drow := pr[i*L:i*L+i+1], dp[i*L:i*L+i+1]
+					var dot float32
+					for j, pv := range prow {
+						dot += pv * drow[j]
 					}
-					for i := range L { // dS = P⊙(dP − Σ P⊙dP)
-						prow, drow := pr[i*L:i*L+i+1], dp[i*L:i*L+i+1]
-						var dot float32
-						for j, pv := range prow {
-							dot += pv * drow[j]
-						}
-						for j, pv := range prow {
-							drow[j] = pv * (drow[j] - dot)
-						}
-						clear(dp[i*L+i+1 : (i+1)*L])
+					for j, pv := range prow {
+						drow[j] = pv * (drow[j] - dot)
 					}
-					// dS and P are zero above the diagonal: query block i0 contracts over keys
-					// < i0+block (dq = dS·k), key block j0 over queries >= j0 (dk = dSᵀ·q,
-					// dv = Pᵀ·dO); the terms left out are exact zeros.
-					for b0 := 0; b0 < L; b0 += causalBlock {
-						rb := min(causalBlock, L-b0)
-						gemmSet(rb, hd, min(L, b0+causalBlock), dp[b0*L:], L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+h*hd:], 3*d)
-						gemmSet(rb, hd, L-b0, dp[b0*L+b0:], 1, L, a.qkv[(o0+b0)*3*d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+d+h*hd:], 3*d)
-						gemmSet(rb, hd, L-b0, pr[b0*L+b0:], 1, L, do[(o0+b0)*d+h*hd:], d, dqkv[(o0+b0)*3*d+2*d+h*hd:], 3*d)
-					}
+					clear(dp[i*L+i+1 : (i+1)*L])
+				}
+				// dS and P are zero above the diagonal: query block i0 contracts over keys
+				// < i0+block (dq = dS·k), key block j0 over queries >= j0 (dk = dSᵀ·q,
+				// dv = Pᵀ·dO); the terms left out are exact zeros.
+				for b0 := 0; b0 < L; b0 += causalBlock {
+					rb := min(causalBlock, L-b0)
+					gemmSet(rb, hd, min(L, b0+causalBlock), dp[b0*L:], L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+h*hd:], 3*d)
+					gemmSet(rb, hd, L-b0, dp[b0*L+b0:], 1, L, a.qkv[(o0+b0)*3*d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+d+h*hd:], 3*d)
+					gemmSet(rb, hd, L-b0, pr[b0*L+b0:], 1, L, do[(o0+b0)*d+h*hd:], d, dqkv[(o0+b0)*3*d+2*d+h*hd:], 3*d)
 				}
 			}
 		})
@@ -713,18 +714,8 @@ func (t *Trainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
 		err := mutate(wv, func(w []float32) {
 			_ = mutate(mv, func(m []float32) {
 				_ = mutate(vv, func(v []float32) {
-					nw := 1
-					if len(w) >= 1<<15 {
-						nw = t.shards
-					}
-					parallel(nw, func(wk, nw int) {
-						lo, hi := split(len(w), wk, nw, 16)
-						for j := lo; j < hi; j++ {
-							gj := g[j] * scale
-							m[j] = b1*m[j] + (1-b1)*gj
-							v[j] = b2*v[j] + (1-b2)*gj*gj
-							w[j] -= stepSize*(m[j]/(float32(math.Sqrt(float64(v[j])))+epsHat)) + wd*w[j]
-						}
+					chunked(t.shards, len(w), 16, 1<<13, func(lo, hi int) {
+						adamWUpdate(w[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], scale, b1, b2, stepSize, epsHat, wd)
 					})
 				})
 			})

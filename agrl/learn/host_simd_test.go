@@ -3,7 +3,10 @@
 package learn
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -75,5 +78,107 @@ func TestAVX2MatchesAVX512(t *testing.T) {
 	useAVX2 = false
 	if d := maxDiff(w512, w2); d != 0 {
 		t.Errorf("weights after two steps: AVX2 differs from AVX-512 by %g", d)
+	}
+}
+
+// TestVecMatchesScalar runs every element-wise loop of vec.go on the vector path and the
+// plain one, on the same inputs of lengths around the 16-lane width, and requires the same
+// bits.
+func TestVecMatchesScalar(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("needs AVX-512")
+	}
+	rng := rand.New(rand.NewPCG(4, 4))
+	fill := func(n int) []float32 {
+		x := randNormals(rng, n)
+		for i := range x {
+			switch rng.IntN(16) {
+			case 0:
+				x[i] = 0
+			case 1:
+				x[i] = float32(math.Copysign(0, -1))
+			case 2:
+				x[i] *= 1e-30
+			}
+		}
+		return x
+	}
+	pos := func(n int) []float32 {
+		x := fill(n)
+		for i := range x {
+			x[i] = x[i] * x[i]
+		}
+		return x
+	}
+	same := func(what string, n int, x, y []float32) {
+		t.Helper()
+		for i := range x {
+			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+				t.Fatalf("%s, length %d: element %d: vector %v, plain %v", what, n, i, x[i], y[i])
+			}
+		}
+	}
+	// run gives vec and plain the same copies of the inputs and compares every input after.
+	run := func(what string, n int, ins [][]float32, vec, plain func(x [][]float32)) {
+		t.Helper()
+		a, b := make([][]float32, len(ins)), make([][]float32, len(ins))
+		for i, x := range ins {
+			a[i], b[i] = slices.Clone(x), slices.Clone(x)
+		}
+		vec(a)
+		plain(b)
+		for i := range a {
+			same(fmt.Sprintf("%s, operand %d", what, i), n, a[i], b[i])
+		}
+	}
+	for _, n := range []int{1, 7, 15, 16, 17, 31, 32, 33, 100, 128, 209} {
+		s1, s2, s3 := fill(1)[0], fill(1)[0], fill(1)[0]
+		for _, inv := range []bool{false, true} {
+			run("rope", n, [][]float32{fill(2 * n), fill(n), fill(n)},
+				func(x [][]float32) { ropeRotate(x[0], x[1], x[2], n, inv) },
+				func(x [][]float32) { ropeScalar(x[0], x[1], x[2], 0, n, inv) })
+		}
+		run("lnApply", n, [][]float32{fill(n), fill(n), fill(n), fill(n), fill(n)},
+			func(x [][]float32) { lnApply(x[0], x[1], x[2], x[3], x[4], s1, s2) },
+			func(x [][]float32) { lnApplyScalar(x[0], x[1], x[2], x[3], x[4], s1, s2) })
+		run("lnBackApply", n, [][]float32{fill(n), fill(n), fill(n)},
+			func(x [][]float32) { lnBackApply(x[0], x[1], x[2], s1, s2, s3) },
+			func(x [][]float32) { lnBackApplyScalar(x[0], x[1], x[2], s1, s2, s3) })
+		run("mul", n, [][]float32{fill(n), fill(n), fill(n)},
+			func(x [][]float32) { mulInto(x[0], x[1], x[2]) },
+			func(x [][]float32) { mulScalar(x[0], x[1], x[2]) })
+		run("gainAcc", n, [][]float32{fill(n), fill(n), fill(n), fill(n)},
+			func(x [][]float32) { gainAcc(x[0], x[1], x[2], x[3]) },
+			func(x [][]float32) { gainAccScalar(x[0], x[1], x[2], x[3]) })
+		run("scale", n, [][]float32{fill(n)},
+			func(x [][]float32) { scaleBy(x[0], s1) },
+			func(x [][]float32) { scaleScalar(x[0], s1) })
+		var mv, mp float32
+		run("max", n, [][]float32{fill(n)},
+			func(x [][]float32) { mv = maxOf(x[0]) },
+			func(x [][]float32) { mp = maxScalar(x[0]) })
+		same("max's result", n, []float32{mv}, []float32{mp})
+		ban := fill(n)
+		for i := range ban {
+			ban[i] = float32(math.Inf(-1)) * float32(rng.IntN(8)/7)
+			if ban[i] != ban[i] {
+				ban[i] = 0
+			}
+		}
+		run("logits", n, [][]float32{fill(n), ban},
+			func(x [][]float32) { mv = logits(x[0], x[1], s1) },
+			func(x [][]float32) { mp = logitsScalar(x[0], x[1], s1) })
+		same("logits' max", n, []float32{mv}, []float32{mp})
+		run("normalize", n, [][]float32{fill(n), fill(n)},
+			func(x [][]float32) { normalize(x[0], x[1], s1, s2) },
+			func(x [][]float32) { normalizeScalar(x[0], x[1], s1, s2) })
+		run("outputGrad", n, [][]float32{fill(n), fill(n), fill(n)},
+			func(x [][]float32) { outputGrad(x[0], x[1], x[2], s1, s2, s3, 0.7) },
+			func(x [][]float32) { outputGradScalar(x[0], x[1], x[2], s1, s2, s3, 0.7) })
+		for _, wd := range []float32{0, 1e-4} {
+			run("adamW", n, [][]float32{fill(n), fill(n), pos(n), fill(n)},
+				func(x [][]float32) { adamWUpdate(x[0], x[1], x[2], x[3], 0.3, 0.9, 0.999, 1e-3, 1e-8, wd) },
+				func(x [][]float32) { adamWScalar(x[0], x[1], x[2], x[3], 0.3, 0.9, 0.999, 1e-3, 1e-8, wd) })
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package learn
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -318,6 +319,69 @@ func TestRelu(t *testing.T) {
 	for i := range x {
 		if u[i] != max(x[i], 0) || (dx[i] == 1) != (x[i] > 0) {
 			t.Fatalf("x %v: relu %v, mask %v", x[i], u[i], dx[i])
+		}
+	}
+}
+
+// TestLayerNormRowsInOrder checks the LayerNorm loops, which sum four rows at once, against
+// one row at a time: the same bits for every row count and offset (each row's sums keep their
+// order).
+func TestLayerNormRowsInOrder(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 1))
+	for _, d := range []int{8, 17, 128} {
+		for _, rows := range [][2]int{{0, 1}, {0, 4}, {1, 8}, {3, 12}, {0, 13}} {
+			lo, hi := rows[0], rows[1]
+			x, dy, g, b := randNormals(rng, hi*d), randNormals(rng, hi*d), randNormals(rng, d), randNormals(rng, d)
+			got, want := make([]float32, hi*d), make([]float32, hi*d)
+			cg, cw := lnCache{make([]float32, hi*d), make([]float32, hi)}, lnCache{make([]float32, hi*d), make([]float32, hi)}
+			layerNormRows(x, got, g, b, d, lo, hi, cg)
+			for r := lo; r < hi; r++ { // one row at a time, as a plain loop
+				row := x[r*d : (r+1)*d]
+				var mean, vs float32
+				for _, v := range row {
+					mean += v
+				}
+				mean /= float32(d)
+				for _, v := range row {
+					vs += (v - mean) * (v - mean)
+				}
+				rstd := float32(1 / math.Sqrt(float64(vs/float32(d)+lnEps)))
+				cw.rstd[r] = rstd
+				for j, v := range row {
+					cw.xhat[r*d+j] = (v - mean) * rstd
+					want[r*d+j] = cw.xhat[r*d+j]*g[j] + b[j]
+				}
+			}
+			bitsEqual(t, fmt.Sprintf("LayerNorm d %d rows %d..%d", d, lo, hi), got, want)
+			bitsEqual(t, "x̂", cg.xhat, cw.xhat)
+			bitsEqual(t, "rstd", cg.rstd, cw.rstd)
+			got, want = randNormals(rng, hi*d), make([]float32, hi*d)
+			copy(want, got)
+			layerNormBackRows(dy, got, g, d, lo, hi, cw)
+			for r := lo; r < hi; r++ {
+				xh, dxh := cw.xhat[r*d:(r+1)*d], make([]float32, d)
+				var m1, m2 float32
+				for j := range d {
+					dxh[j] = dy[r*d+j] * g[j]
+					m1 += dxh[j]
+					m2 += dxh[j] * xh[j]
+				}
+				m1 /= float32(d)
+				m2 /= float32(d)
+				for j := range d {
+					want[r*d+j] += cw.rstd[r] * (dxh[j] - m1 - xh[j]*m2)
+				}
+			}
+			bitsEqual(t, fmt.Sprintf("LayerNorm backward d %d rows %d..%d", d, lo, hi), got, want)
+		}
+	}
+}
+
+func bitsEqual(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: element %d is %v, want %v", what, i, got[i], want[i])
 		}
 	}
 }

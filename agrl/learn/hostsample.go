@@ -81,14 +81,7 @@ func (d *Decoder) hostStep(part *decPart, w *hostWeights) ([]int, []float32) {
 				for t := range nr { // token t sees positions 0..fed+t
 					row := s[t*L : (t+1)*L]
 					vis := row[:fed+t+1]
-					mx := vis[0]
-					for _, sv := range vis[1:] {
-						mx = max(mx, sv)
-					}
-					inv := 1 / expSum(vis, mx)
-					for j := range vis {
-						vis[j] *= inv
-					}
+					scaleBy(vis, 1/expSum(vis, maxOf(vis)))
 					clear(row[fed+t+1:])
 				}
 				gemmSet(nr, hd, L, s, L, 1, vc[r*capacity*dm+hh*hd:], dm, o[off[r]*dm+hh*hd:], dm)
@@ -140,19 +133,14 @@ func bannedMask(v int) []float32 {
 // LogSoftmax(z·invT + ban), in place, and returns the entropy; p (len(z)) receives the
 // probabilities. The trainer's and the sampler's output layers both call it.
 func logSoftmaxRow(z, ban []float32, invT float32, p []float32) float32 {
-	mx := float32(math.Inf(-1))
-	for j := range z {
-		z[j] = z[j]*invT + ban[j]
-		mx = max(mx, z[j])
-	}
+	mx := logits(z, ban, invT)
 	copy(p, z)
 	sum := expSum(p, mx)
 	lse, inv := mx+float32(math.Log(float64(sum))), 1/sum
+	normalize(z, p[:len(z)], lse, inv)
 	var ent float32
-	for j := range z {
-		z[j] -= lse
-		p[j] *= inv
-		ent -= p[j] * z[j]
+	for j, pj := range p[:len(z)] {
+		ent -= pj * z[j]
 	}
 	return ent
 }

@@ -93,12 +93,8 @@ func productT(x []float32, rows, in int, wt []float32, out int) []float32 {
 	if rows >= 8*workers {
 		gemmRowsSet(workers, rows, out, in, x, in, 1, wt, out, y, out)
 	} else { // a few rows (decoding steps, one per sequence): split the outputs over the cores instead
-		nw := min(workers, max(1, out/512))
-		parallel(nw, func(w, nw int) {
-			lo, hi := split(out, w, nw, 16)
-			if lo < hi {
-				gemmSet(rows, hi-lo, in, x, in, 1, wt[lo:], out, y[lo:], out)
-			}
+		chunked(workers, out, 16, 512, func(lo, hi int) {
+			gemmSet(rows, hi-lo, in, x, in, 1, wt[lo:], out, y[lo:], out)
 		})
 	}
 	return y
