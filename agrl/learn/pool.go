@@ -100,7 +100,8 @@ func parallel(nw int, f func(w, nw int)) {
 		j.done.Wait()
 		return
 	}
-	for h := pool.helpers.Load(); h < int32(nw-1); h = pool.helpers.Load() {
+	// One helper per other core at most: parts beyond that wait for whoever finishes first.
+	for h := pool.helpers.Load(); h < int32(min(nw, runtime.GOMAXPROCS(0))-1); h = pool.helpers.Load() {
 		if pool.helpers.CompareAndSwap(h, h+1) {
 			go helper()
 		}
