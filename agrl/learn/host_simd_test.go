@@ -10,20 +10,21 @@ import (
 	"testing"
 )
 
-// TestAVX2MatchesAVX512 runs the AVX2 kernels (as on a CPU without AVX-512) and the AVX-512
-// ones on the same inputs and requires the same bits: products in every layout and tail,
-// expSum, the ReLUs, and two whole training steps.
+// TestAVX2MatchesAVX512 runs the AVX2 kernels with the plain element-wise loops of vec.go (as
+// on a CPU without AVX-512) and the AVX-512 kernels with the vector loops on the same inputs,
+// and requires the same bits: products in every layout and tail, expSum, the ReLUs, and two
+// whole training steps.
 func TestAVX2MatchesAVX512(t *testing.T) {
 	if !hasAVX512 || !hasAVX2 {
 		t.Skip("needs a CPU with both AVX-512 and AVX2")
 	}
-	defer func() { useAVX2 = false }()
+	defer func() { useAVX2, useVec = false, hasAVX512 }()
 	both := func(f func() []float32) (avx512, avx2 []float32) {
-		useAVX2 = false
+		useAVX2, useVec = false, true
 		avx512 = f()
-		useAVX2 = true
+		useAVX2, useVec = true, false
 		avx2 = f()
-		useAVX2 = false
+		useAVX2, useVec = false, true
 		return
 	}
 	same := func(what string, x, y []float32) {
@@ -92,13 +93,17 @@ func TestVecMatchesScalar(t *testing.T) {
 	fill := func(n int) []float32 {
 		x := randNormals(rng, n)
 		for i := range x {
-			switch rng.IntN(16) {
+			switch rng.IntN(24) {
 			case 0:
 				x[i] = 0
 			case 1:
 				x[i] = float32(math.Copysign(0, -1))
 			case 2:
 				x[i] *= 1e-30
+			case 3:
+				x[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
+			case 4:
+				x[i] = float32(math.NaN())
 			}
 		}
 		return x
@@ -113,7 +118,7 @@ func TestVecMatchesScalar(t *testing.T) {
 	same := func(what string, n int, x, y []float32) {
 		t.Helper()
 		for i := range x {
-			if math.Float32bits(x[i]) != math.Float32bits(y[i]) {
+			if math.Float32bits(x[i]) != math.Float32bits(y[i]) && !(x[i] != x[i] && y[i] != y[i]) { // NaNs: any payload
 				t.Fatalf("%s, length %d: element %d: vector %v, plain %v", what, n, i, x[i], y[i])
 			}
 		}
@@ -154,10 +159,12 @@ func TestVecMatchesScalar(t *testing.T) {
 			func(x [][]float32) { scaleBy(x[0], s1) },
 			func(x [][]float32) { scaleScalar(x[0], s1) })
 		var mv, mp float32
-		run("max", n, [][]float32{fill(n)},
-			func(x [][]float32) { mv = maxOf(x[0]) },
-			func(x [][]float32) { mp = maxScalar(x[0]) })
-		same("max's result", n, []float32{mv}, []float32{mp})
+		for _, in := range maxCases(rng, n) {
+			run("max", n, [][]float32{in},
+				func(x [][]float32) { mv = maxOf(x[0]) },
+				func(x [][]float32) { mp = maxScalar(x[0]) })
+			same(fmt.Sprintf("max of %v", in), n, []float32{mv}, []float32{mp})
+		}
 		ban := fill(n)
 		for i := range ban {
 			ban[i] = float32(math.Inf(-1)) * float32(rng.IntN(8)/7)
@@ -181,4 +188,40 @@ func TestVecMatchesScalar(t *testing.T) {
 				func(x [][]float32) { adamWScalar(x[0], x[1], x[2], x[3], 0.3, 0.9, 0.999, 1e-3, 1e-8, wd) })
 		}
 	}
+}
+
+// maxCases are inputs whose maximum the vector loop could get wrong: random values with
+// infinities and NaNs, only zeros of both signs (+0 must win wherever it is), negative values
+// and a single NaN in each block.
+func maxCases(rng *rand.Rand, n int) [][]float32 {
+	var cases [][]float32
+	x := randNormals(rng, n)
+	for i := range x {
+		switch rng.IntN(8) {
+		case 0:
+			x[i] = float32(math.Inf(-1))
+		case 1:
+			x[i] = float32(math.Inf(1))
+		}
+	}
+	cases = append(cases, x)
+	for _, plus := range []int{0, n / 2, n - 1} {
+		z := make([]float32, n)
+		for i := range z {
+			z[i] = float32(math.Copysign(0, -1))
+		}
+		z[plus] = 0
+		cases = append(cases, z)
+	}
+	neg := randNormals(rng, n)
+	for i := range neg {
+		neg[i] = -float32(math.Abs(float64(neg[i]))) - 1
+	}
+	cases = append(cases, neg)
+	for at := 0; at < n; at += 16 {
+		v := slices.Clone(neg)
+		v[at] = float32(math.NaN())
+		cases = append(cases, v)
+	}
+	return cases
 }

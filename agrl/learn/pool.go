@@ -7,15 +7,16 @@ import (
 	"time"
 )
 
-// The host code's worker pool. A training step of the Tiny model is about seventy parallel
-// stages of a millisecond or less each; starting a goroutine per stage left the second core
+// The host code's worker pool. A training step of the Tiny model is 60–70 parallel stages of
+// a millisecond or less each; starting a goroutine per stage left the second core
 // idle for the first ~0.1 ms of every one (the runtime wakes a parked thread for it), about
 // a tenth of a step (docs/performance.md, "Keeping both cores busy"). The pool's helpers stay
 // awake between stages, polling for the next one for a short while before they park, and the
 // caller runs any part of a stage that no helper has claimed yet, so a stage never waits for a
 // helper to wake up.
 
-// poolJob is one call of parallel: parts 1 … nw−1 go to whoever claims them first.
+// poolJob is one call of parallel: its nw parts go to whoever claims them first, the caller
+// included.
 type poolJob struct {
 	f    func(w, nw int)
 	nw   int32
@@ -106,6 +107,9 @@ func parallel(nw int, f func(w, nw int)) {
 			go helper()
 		}
 	}
+	// Freed last, even if one of the caller's parts panics (and something above recovers):
+	// otherwise every later call would take the fallback.
+	defer pool.job.CompareAndSwap(j, nil)
 	for range min(pool.parked.Load(), int32(nw-1)) {
 		select {
 		case poolWake <- struct{}{}:
@@ -114,15 +118,14 @@ func parallel(nw int, f func(w, nw int)) {
 	}
 	j.run()
 	j.done.Wait()
-	pool.job.Store(nil)
 }
 
 // chunksPerWorker is how many pieces eachChunk cuts a stage into per worker.
 const chunksPerWorker = 4
 
-// eachChunk runs f(w, i) for every piece i < n of a stage, on at most nw goroutines that take
-// the pieces in turn from a shared counter (w is the goroutine's index, for its scratch
-// buffers). A fixed split would make every stage wait for its slowest worker, and on a shared
+// eachChunk runs f(w, i) for every piece i < n of a stage, as at most nw parts (parallel's)
+// that take the pieces in turn from a shared counter; w is the part's index, for its scratch
+// buffers (no two pieces of one part run at once). A fixed split would make every stage wait for its slowest worker, and on a shared
 // VM one vCPU often runs slower than the other for a while, or a helper joins a stage late:
 // the worker that is ahead takes more pieces. Which worker computes a piece never
 // changes its result (the pieces write disjoint outputs, and every output's sum runs in its

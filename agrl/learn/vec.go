@@ -4,9 +4,10 @@ import "math"
 
 // The host trainer's element-wise loops (host.go, hostsample.go), written once as plain loops
 // (here) and once on 16-lane vectors (vec_simd.go). Each output element is computed by the
-// same float32 operations in the same order in both (Go does not fuse a multiply and an add
-// on amd64, and the vector code does not either), so the two give the same bits
-// (TestVecMatchesScalar) and a step's results do not depend on which one ran. Sums over a row
+// same float32 operations in the same order in both, never a fused multiply-add (the plain
+// loops convert their products explicitly, which forbids the compiler to fuse them even
+// where GOAMD64=v3 would allow it), so the two give the same bits (TestVecMatchesScalar) and a
+// step's results do not depend on which one ran. Sums over a row
 // (LayerNorm's mean and variance, the entropy, the softmax backward's dot products) stay
 // sequential loops in their callers: vectorising them would change their order.
 
@@ -16,9 +17,9 @@ func ropeScalar(v, cs, sn []float32, lo, half int, inverse bool) {
 	for i := lo; i < half; i++ {
 		x1, x2, c, s := v[i], v[i+half], cs[i], sn[i]
 		if inverse {
-			v[i], v[i+half] = x1*c+x2*s, x2*c-x1*s
+			v[i], v[i+half] = float32(x1*c)+float32(x2*s), float32(x2*c)-float32(x1*s)
 		} else {
-			v[i], v[i+half] = x1*c-x2*s, x2*c+x1*s
+			v[i], v[i+half] = float32(x1*c)-float32(x2*s), float32(x2*c)+float32(x1*s)
 		}
 	}
 }
@@ -27,14 +28,14 @@ func ropeScalar(v, cs, sn []float32, lo, half int, inverse bool) {
 func lnApplyScalar(x, xh, out, g, b []float32, mean, rstd float32) {
 	for j, v := range x {
 		xh[j] = (v - mean) * rstd
-		out[j] = xh[j]*g[j] + b[j]
+		out[j] = float32(xh[j]*g[j]) + b[j]
 	}
 }
 
 // lnBackApplyScalar adds rstd·(dx̂ − m1 − x̂·m2) to out.
 func lnBackApplyScalar(out, dxh, xh []float32, m1, m2, rstd float32) {
 	for j := range out {
-		out[j] += rstd * (dxh[j] - m1 - xh[j]*m2)
+		out[j] += float32(rstd * (dxh[j] - m1 - float32(xh[j]*m2)))
 	}
 }
 
@@ -48,7 +49,7 @@ func mulScalar(dst, a, b []float32) {
 // gainAccScalar adds dy·x̂ to g and dy to b.
 func gainAccScalar(g, b, dy, xh []float32) {
 	for j := range g {
-		g[j] += dy[j] * xh[j]
+		g[j] += float32(dy[j] * xh[j])
 		b[j] += dy[j]
 	}
 }
@@ -73,7 +74,7 @@ func maxScalar(x []float32) float32 {
 func logitsScalar(z, ban []float32, invT float32) float32 {
 	mx := float32(math.Inf(-1))
 	for j := range z {
-		z[j] = z[j]*invT + ban[j]
+		z[j] = float32(z[j]*invT) + ban[j]
 		mx = max(mx, z[j])
 	}
 	return mx
@@ -92,7 +93,7 @@ func normalizeScalar(z, p []float32, lse, inv float32) {
 // temperature invT), except for the target's own +invT·a: invT·(−a·p − e·p·(lp + H)).
 func outputGradScalar(dz, lp, pr []float32, a, e, ent, invT float32) {
 	for j, l := range lp {
-		dz[j] = invT * (-a*pr[j] - e*pr[j]*(l+ent))
+		dz[j] = invT * (float32(-a*pr[j]) - float32(e*pr[j]*(l+ent)))
 	}
 }
 
@@ -101,8 +102,8 @@ func outputGradScalar(dz, lp, pr []float32, a, e, ent, invT float32) {
 func adamWScalar(w, m, v, g []float32, scale, b1, b2, stepSize, epsHat, wd float32) {
 	for j := range w {
 		gj := g[j] * scale
-		m[j] = b1*m[j] + (1-b1)*gj
-		v[j] = b2*v[j] + (1-b2)*gj*gj
-		w[j] -= stepSize*(m[j]/(float32(math.Sqrt(float64(v[j])))+epsHat)) + wd*w[j]
+		m[j] = float32(b1*m[j]) + float32((1-b1)*gj)
+		v[j] = float32(b2*v[j]) + float32((1-b2)*gj*gj)
+		w[j] -= float32(stepSize*(m[j]/(float32(math.Sqrt(float64(v[j])))+epsHat))) + float32(wd*w[j])
 	}
 }

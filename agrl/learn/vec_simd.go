@@ -14,8 +14,12 @@ func ld(x []float32) f16    { return archsimd.LoadFloat32x16Slice(x) }
 func bc(x float32) f16      { return archsimd.BroadcastFloat32x16(x) }
 func st(v f16, x []float32) { v.StoreSlice(x) }
 
+// useVec selects the vector loops (on CPUs with AVX-512); tests turn it off to run the plain
+// loops in whole training steps.
+var useVec = hasAVX512
+
 // vecOn reports whether n elements go through the vector loops; tail16 is how many of them do.
-func vecOn(n int) bool { return hasAVX512 && n >= 16 }
+func vecOn(n int) bool { return useVec && n >= 16 }
 func tail16(n int) int { return n &^ 15 }
 
 func ropeRotate(v, cs, sn []float32, half int, inverse bool) {
@@ -116,15 +120,22 @@ func maxOf(x []float32) float32 {
 		return maxScalar(x)
 	}
 	acc := ld(x[:16])
+	nan := acc.IsNaN()
 	full := tail16(n)
 	for j := 16; j < full; j += 16 {
-		acc = acc.Max(ld(x[j : j+16]))
+		v := ld(x[j : j+16])
+		acc, nan = acc.Max(v), nan.Or(v.IsNaN())
 	}
 	var lanes [16]float32
 	acc.Store(&lanes)
 	mx := maxScalar(lanes[:])
 	for _, v := range x[full:] {
 		mx = max(mx, v)
+	}
+	// The vector maximum keeps one operand where the plain max propagates a NaN or prefers +0
+	// to −0: those rare cases take the plain loop.
+	if mx == 0 || nan.ToBits() != 0 {
+		return maxScalar(x)
 	}
 	return mx
 }
