@@ -58,6 +58,13 @@ func sameHistories(t *testing.T, a, b []agrl.Metrics, what [2]string) {
 
 func train(t *testing.T, g agrl.GRPO) *TrainResult {
 	t.Helper()
+	_, res := buildAndTrain(t, g)
+	return res
+}
+
+// buildAndTrain builds g and trains it to the end, failing the test on any error.
+func buildAndTrain(t *testing.T, g agrl.GRPO) (*GRPOTrainer, *TrainResult) {
+	t.Helper()
 	tr, err := Build(g)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +73,7 @@ func train(t *testing.T, g agrl.GRPO) *TrainResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res
+	return tr, res
 }
 
 // trainUntil trains g and cancels it once GRPO step `step` is logged, as Ctrl-C would; it

@@ -240,14 +240,7 @@ func TestPretrainedGRPO(t *testing.T) {
 // loss, gradient norm, KL and entropy are finite, and returns the trainer and its result.
 func trainFinite(t *testing.T, g agrl.GRPO, steps int) (*GRPOTrainer, *TrainResult) {
 	t.Helper()
-	tr, err := Build(g)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := tr.Train(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, res := buildAndTrain(t, g)
 	if len(res.History) != steps {
 		t.Fatalf("%d steps logged, want %d", len(res.History), steps)
 	}
