@@ -35,6 +35,7 @@ func (p *Policy) Act(tools []agrl.Tool, ep *agrl.Episode, s agrl.Sampling, maxTo
 		room = min(room, maxTokens)
 	}
 	st := p.newStream()
+	defer st.Release()
 	logits, err := st.Next(ids)
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("agent: %w", err)

@@ -42,6 +42,8 @@ func (s scripted) Clone() stream {
 	return scripted{s.script, &k, s.vocab, s.stop}
 }
 
+func (s scripted) Release() {}
+
 // withScript returns a copy of p whose every episode writes script.
 func withScript(p *Policy, script []int32) *Policy {
 	q := *p

@@ -33,6 +33,8 @@ type Policy struct {
 	stops   []int32
 	system  string
 	workers int
+	// dec decodes for sampling; nil means the model on the host (see WithDecoder).
+	dec Decoder
 
 	// open starts an empty token stream; nil means the model's own (a KV cache). Tests
 	// replace it with a scripted stream.
@@ -197,7 +199,7 @@ func (p *Policy) Adapters(a *llm.Adapters) (*Policy, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	q := *p
-	q.model = m
+	q.model, q.dec = m, nil
 	return &q, nil
 }
 
@@ -213,7 +215,7 @@ func (p *Policy) WithModel(m *llm.Model) (*Policy, error) {
 		return nil, errors.New("agent: WithModel: the model's configuration differs from the policy's")
 	}
 	q := *p
-	q.model = m
+	q.model, q.dec = m, nil
 	return &q, nil
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"agrl.dev/agrl"
-	"agrl.dev/agrl/llm"
 )
 
 // Episode token layout. One token stream per episode, in the model's own chat format:
@@ -44,8 +43,9 @@ import (
 // depend on how many run at once. Tasks with the same prompt share its forward pass (the KV
 // cache is cloned), which is what G samples of one task cost. The episodes being played
 // advance together: each round, the next step of every one (a sampled id, or an observation)
-// goes through the model as one batch (llm.Model.NextBatch: one pass over the weights for all
-// of them, each getting the bits it would get alone), and so do the distinct prompts.
+// goes through the model as one batch (the policy's Decoder; on the host llm.Model.NextBatch:
+// one pass over the weights for all of them, each getting the bits it would get alone), and
+// so do the distinct prompts.
 //
 // It returns an error when an environment refuses a task, a prompt does not fit the budget,
 // or the model fails; everything the model does wrong is recorded on the episodes.
@@ -98,8 +98,13 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 	for _, pf := range r.order {
 		pf.s = p.newStream()
 	}
-	if _, batched := r.order[0].s.(cacheStream); batched {
-		r.batch = &batcher{m: p.model}
+	defer func() {
+		for _, pf := range r.order {
+			pf.s.Release()
+		}
+	}()
+	if ds, batched := r.order[0].s.(decStream); batched {
+		r.batch = &batcher{d: ds.d}
 		if err := r.prefillBatched(); err != nil {
 			return nil, st, err
 		}
@@ -196,8 +201,8 @@ func (r *run) parallel(n int, f func(int) error) error {
 func (r *run) next(s stream, ids []int32, i int) ([]float32, error) {
 	var logits []float32
 	var err error
-	if c, ok := s.(cacheStream); ok && r.batch != nil {
-		logits, err = r.batch.next(i, c.c, ids)
+	if ds, ok := s.(decStream); ok && r.batch != nil {
+		logits, err = r.batch.next(i, ds.s, ids)
 	} else {
 		logits, err = s.Next(ids)
 	}
@@ -214,6 +219,7 @@ func (r *run) play(e *episode) error {
 	p, l := r.p, e.loop
 	ep := l.Episode()
 	s := e.prompt.s.Clone()
+	defer s.Release()
 	logits := e.prompt.logits
 	sm := newSampler(r.opt.Sampling, p.model.Config().VocabSize, e.i)
 	capTokens := r.opt.Sampling.MaxActionTokens
@@ -304,11 +310,11 @@ func (r *run) prefillBatched() error {
 			rows += len(r.order[hi].ids)
 			hi++
 		}
-		caches, ids := make([]*llm.Cache, hi-lo), make([][]int32, hi-lo)
+		seqs, ids := make([]Seq, hi-lo), make([][]int32, hi-lo)
 		for j, pf := range r.order[lo:hi] {
-			caches[j], ids[j] = pf.s.(cacheStream).c, pf.ids
+			seqs[j], ids[j] = pf.s.(decStream).s, pf.ids
 		}
-		logits, err := r.p.model.NextBatch(caches, ids)
+		logits, err := r.batch.d.NextBatch(seqs, ids)
 		if err != nil {
 			return fmt.Errorf("agent: %w", err)
 		}
@@ -324,11 +330,11 @@ func (r *run) prefillBatched() error {
 
 // batcher runs the steps of the episodes being played as one batch: each playing goroutine
 // hands in its next step and waits; once every one of them has a step in (or has stopped
-// playing), the steps run together, in episode order, as one llm.Model.NextBatch — by the
+// playing), the steps run together, in episode order, as one Decoder.NextBatch — by the
 // goroutine whose arrival (or leaving) completed the batch. Each sequence's logits are those
 // it would get alone, so batching changes the speed of a rollout, never its episodes.
 type batcher struct {
-	m       *llm.Model
+	d       Decoder
 	mu      sync.Mutex
 	active  int     // goroutines playing, each with at most one step pending
 	pending []*step // the steps handed in since the last batch
@@ -337,7 +343,7 @@ type batcher struct {
 // step is one episode's step waiting in a batch.
 type step struct {
 	order  int
-	c      *llm.Cache
+	s      Seq
 	ids    []int32
 	logits []float32
 	err    error
@@ -360,10 +366,10 @@ func (b *batcher) leave() {
 	b.run(ready)
 }
 
-// next runs ids through the model on cache c as part of the next batch and returns the
+// next runs ids through the model on sequence s as part of the next batch and returns the
 // logits of the token that follows.
-func (b *batcher) next(order int, c *llm.Cache, ids []int32) ([]float32, error) {
-	st := &step{order: order, c: c, ids: ids, done: make(chan struct{})}
+func (b *batcher) next(order int, s Seq, ids []int32) ([]float32, error) {
+	st := &step{order: order, s: s, ids: ids, done: make(chan struct{})}
 	b.mu.Lock()
 	b.pending = append(b.pending, st)
 	ready := b.take()
@@ -389,11 +395,11 @@ func (b *batcher) run(steps []*step) {
 		return
 	}
 	slices.SortFunc(steps, func(x, y *step) int { return x.order - y.order })
-	caches, ids := make([]*llm.Cache, len(steps)), make([][]int32, len(steps))
+	seqs, ids := make([]Seq, len(steps)), make([][]int32, len(steps))
 	for i, st := range steps {
-		caches[i], ids[i] = st.c, st.ids
+		seqs[i], ids[i] = st.s, st.ids
 	}
-	logits, err := b.m.NextBatch(caches, ids)
+	logits, err := b.d.NextBatch(seqs, ids)
 	for i, st := range steps {
 		if err == nil {
 			st.logits = logits[i]

@@ -7,7 +7,6 @@ import (
 	"slices"
 
 	"agrl.dev/agrl"
-	"agrl.dev/agrl/llm"
 )
 
 // stream is one growing token sequence of a model: Next appends ids and returns the logits of
@@ -15,23 +14,32 @@ import (
 type stream interface {
 	Next(ids []int32) ([]float32, error)
 	Clone() stream
+	// Release frees the stream's memory (a decoder's cache); it is not used afterwards.
+	Release()
 }
 
-// cacheStream is a model's sequence held in its KV cache.
-type cacheStream struct {
-	m *llm.Model
-	c *llm.Cache
+// decStream is a sequence of the policy's Decoder.
+type decStream struct {
+	d Decoder
+	s Seq
 }
 
-func (s cacheStream) Next(ids []int32) ([]float32, error) { return s.m.Next(s.c, ids) }
-func (s cacheStream) Clone() stream                       { return cacheStream{s.m, s.c.Clone()} }
+func (s decStream) Next(ids []int32) ([]float32, error) {
+	logits, err := s.d.NextBatch([]Seq{s.s}, [][]int32{ids})
+	if err != nil {
+		return nil, err
+	}
+	return logits[0], nil
+}
+func (s decStream) Clone() stream { return decStream{s.d, s.s.Clone()} }
+func (s decStream) Release()      { s.s.Release() }
 
 // newStream starts an empty sequence.
 func (p *Policy) newStream() stream {
 	if p.open != nil {
 		return p.open()
 	}
-	return cacheStream{p.model, p.model.NewCache()}
+	return decStream{p.decoder(), p.decoder().NewSeq()}
 }
 
 // invTemperature is the factor applied to logits before the softmax: 1/t, and 1 for greedy
