@@ -31,8 +31,10 @@ type PretrainedLM struct {
 	dropout float64
 	targets []string
 	backend string
-	micro   int
-	system  string
+	// decoding is where rollouts decode (Decoding): "", "host" or "graph".
+	decoding string
+	micro    int
+	system   string
 	// full trains every weight instead of adapters (Full).
 	full bool
 }
@@ -86,6 +88,14 @@ func (p PretrainedLM) Dropout(d float64) PretrainedLM { p.dropout = d; return p 
 // "xla:cuda" on a GPU).
 func (p PretrainedLM) Backend(config string) PretrainedLM { p.backend = config; return p }
 
+// Decoding sets where rollouts run the model: "host" decodes with agrl/llm's KV cache in Go
+// memory and its vector kernels (the CPU's fastest way); "graph" with the decoder's GoMLX graph
+// on the backend (hfgraph.Model.Decode), the KV caches in the backend's memory — on a GPU,
+// sampling then runs on the GPU too. "" (the default) means "host" on the go backend and
+// "graph" on any other. The choice changes speed and memory, not what is trained: the two
+// agree to float32 rounding (their log-probs to about 1e-6), so a resume may change it.
+func (p PretrainedLM) Decoding(mode string) PretrainedLM { p.decoding = mode; return p }
+
 // MicroBatch sets how many sequences one graph call scores or differentiates (default 8): a
 // training batch is split into micro-batches whose gradients are added up before the one
 // optimizer step, so memory does not grow with the group size.
@@ -100,6 +110,7 @@ type PretrainedSpec struct {
 	Dir        string
 	LoRA       llm.LoRAConfig
 	Backend    string
+	Decoding   string // "", "host" or "graph" (see PretrainedLM.Decoding)
 	MicroBatch int
 	System     string
 	// Full is set for full fine-tuning (every weight trained; LoRA is then unused).
@@ -108,12 +119,12 @@ type PretrainedSpec struct {
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
-	return PretrainedSpec{Dir: p.dir, Backend: p.backend, MicroBatch: p.micro, System: p.system, Full: p.full,
+	return PretrainedSpec{Dir: p.dir, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full,
 		LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
 // Validate reports every problem at once: no directory, a directory without config.json (or
-// with one of an unsupported architecture), and invalid LoRA settings.
+// with one of an unsupported architecture), invalid LoRA settings, micro-batch or decoding.
 func (p PretrainedLM) Validate() error {
 	var errs []error
 	switch {
@@ -137,6 +148,11 @@ func (p PretrainedLM) Validate() error {
 	}
 	if p.micro < 1 {
 		errs = append(errs, fmt.Errorf("micro-batch %d; want >= 1", p.micro))
+	}
+	switch p.decoding {
+	case "", "host", "graph":
+	default:
+		errs = append(errs, fmt.Errorf("decoding %q; want \"host\", \"graph\" or \"\" (host on the go backend, graph elsewhere)", p.decoding))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agrl: invalid pretrained policy: %w", errors.Join(errs...))
@@ -164,12 +180,13 @@ type PretrainedRecord struct {
 	// Backend is the compute backend ("" means the learner's default); MicroBatch the
 	// sequences per graph call. Neither changes what is trained.
 	Backend    string `json:"backend"`
+	Decoding   string `json:"decoding,omitempty"`
 	MicroBatch int    `json:"micro_batch"`
 }
 
 func (p PretrainedLM) record() *PretrainedRecord {
 	r := &PretrainedRecord{Model: p.dir, Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout,
-		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, MicroBatch: p.micro}
+		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro}
 	if p.full {
 		r.Full, r.Rank, r.Alpha, r.Dropout, r.Targets = true, 0, 0, 0, nil
 	}

@@ -77,6 +77,32 @@ type PretrainedPolicy struct {
 	loaded CheckpointInfo
 	// optState holds the optimizer state read from a checkpoint, until a learner takes it.
 	optState map[string][]float32
+
+	// graphDecoding is set when rollouts decode with the graph on the backend
+	// (agrl.PretrainedLM.Decoding); decoders holds its decoder of each view.
+	graphDecoding bool
+	decMu         sync.Mutex
+	decoders      map[string]*graphDecoder
+}
+
+// GraphDecoding reports whether rollouts decode with the model's graph on the backend (the KV
+// caches in its memory) rather than on the host: agrl.PretrainedLM.Decoding.
+func (p *PretrainedPolicy) GraphDecoding() bool { return p.graphDecoding }
+
+// sampler is pol set to decode with view m of the graph when the policy decodes on the
+// backend, else pol itself (the host).
+func (p *PretrainedPolicy) sampler(pol *agent.Policy, m *hfgraph.Model, view string) *agent.Policy {
+	if !p.graphDecoding {
+		return pol
+	}
+	p.decMu.Lock()
+	defer p.decMu.Unlock()
+	d := p.decoders[view]
+	if d == nil {
+		d = newGraphDecoder(p, m, view)
+		p.decoders[view] = d
+	}
+	return pol.WithDecoder(d)
 }
 
 // pretrainedScope is the store scope of the model's variables.
@@ -119,7 +145,8 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	bc, _ := ParseBackend(s.Backend)
 	pp := &PretrainedPolicy{spec: s, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
 		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed,
-		full: s.Full, frozen: map[string]*pretrainedFrozen{}}
+		full: s.Full, frozen: map[string]*pretrainedFrozen{}, decoders: map[string]*graphDecoder{},
+		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && bc.Name != "go")}
 	if pp.graph, err = hfgraph.FromLLM(pp.store, pretrainedScope, pp.base); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 	}
@@ -245,6 +272,9 @@ func (p *PretrainedPolicy) Graph() *hfgraph.Model { return p.graph }
 
 // Agent returns the sampling policy with the current adapters (agrl/llm/agent), or with full
 // fine-tuning the current weights.
+//
+// When the policy decodes on the backend (GraphDecoding), the agent's rollouts and Act do
+// too, reading the store's current weights; its Score, TopTokens and Model are the host's.
 func (p *PretrainedPolicy) Agent() (*agent.Policy, error) {
 	if p.full {
 		p.mu.Lock()
@@ -252,13 +282,17 @@ func (p *PretrainedPolicy) Agent() (*agent.Policy, error) {
 		if err := p.syncHost(); err != nil {
 			return nil, err
 		}
-		return p.cur, nil
+		return p.sampler(p.cur, p.graph, ""), nil
 	}
 	a, err := p.Adapters()
 	if err != nil {
 		return nil, err
 	}
-	return p.agent.Adapters(a)
+	pol, err := p.agent.Adapters(a)
+	if err != nil {
+		return nil, err
+	}
+	return p.sampler(pol, p.graph, ""), nil
 }
 
 // Adapters returns a copy of the current LoRA adapters (save them with Adapters.Save for PEFT,
@@ -338,7 +372,13 @@ func (p *PretrainedPolicy) syncHost() error {
 
 // Rollout plays one episode per task in the model's chat format with the current adapters
 // (see agent.Policy.Rollout). opt.MaxTokens 0 means the model's context.
+//
+// Decoding on the backend (GraphDecoding), it reads the store's weights directly: no copy of
+// the adapters or weights to the host is made.
 func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	if p.graphDecoding {
+		return p.sampler(p.agent, p.graph, "").Rollout(env, tasks, opt)
+	}
 	pol, err := p.Agent()
 	if err != nil {
 		return nil, agrl.RolloutStats{}, err
@@ -366,7 +406,7 @@ func (p *PretrainedPolicy) BaseModel() Model {
 type pretrainedBase struct{ p *PretrainedPolicy }
 
 func (b pretrainedBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
-	return b.p.agent.Rollout(env, tasks, opt)
+	return b.p.sampler(b.p.agent, b.p.graph.Base(), "base").Rollout(env, tasks, opt)
 }
 func (b pretrainedBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
 	return b.p.score(seqs, temperature, "base", b.p.graph.Base())
@@ -424,7 +464,7 @@ type pretrainedRef struct {
 }
 
 func (r pretrainedRef) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
-	return r.agent.Rollout(env, tasks, opt)
+	return r.p.sampler(r.agent, r.graph, "reference").Rollout(env, tasks, opt)
 }
 func (r pretrainedRef) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
 	return r.p.score(seqs, temperature, "reference", r.graph)

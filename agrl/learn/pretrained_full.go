@@ -30,7 +30,7 @@ type pretrainedFrozen struct {
 }
 
 func (f *pretrainedFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
-	return f.agent.Rollout(env, tasks, opt)
+	return f.p.sampler(f.agent, f.graph, "frozen "+f.view).Rollout(env, tasks, opt)
 }
 func (f *pretrainedFrozen) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
 	return f.p.score(seqs, temperature, f.view, f.graph)
@@ -69,6 +69,13 @@ func (p *PretrainedPolicy) frozenModel(view string, host func() (*llm.Model, err
 type fullBase struct{ p *PretrainedPolicy }
 
 func (b fullBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
+	if b.p.graphDecoding { // the store's base view is the trained model: decode the frozen copy
+		f, err := b.p.frozenBase()
+		if err != nil {
+			return nil, agrl.RolloutStats{}, err
+		}
+		return f.Rollout(env, tasks, opt)
+	}
 	return b.p.agent.Rollout(env, tasks, opt)
 }
 func (b fullBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
