@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -172,6 +173,9 @@ func TestPretrainedGraphDecoding(t *testing.T) {
 	graphP, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).Decoding("graph"), 5)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := agrl.Pretrained(tinyQwen3(t)).Decoding("gpu").Validate(); err == nil || !strings.Contains(err.Error(), `decoding "gpu"`) {
+		t.Errorf("Decoding(\"gpu\"): %v, want an error naming it", err)
 	}
 	if hostP.GraphDecoding() || !graphP.GraphDecoding() {
 		t.Fatalf("GraphDecoding: default on the go backend %v (want false), Decoding(\"graph\") %v (want true)", hostP.GraphDecoding(), graphP.GraphDecoding())

@@ -74,7 +74,7 @@ func TestTrainPretrained(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	code, stdout, stderr := runCLI("train", "--env", "calc", "--model", fixture, "--lora-rank", "4", "--lora-alpha", "8",
 		"--micro-batch", "4", "--steps", "2", "--group", "4", "--tasks", "1", "--eval-tasks", "2", "--eval-every", "0",
-		"--max-action-tokens", "8", "--out", out, "--quiet")
+		"--max-action-tokens", "8", "--decoding", "graph", "--out", out, "--quiet")
 	if code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
 	}
@@ -87,7 +87,7 @@ func TestTrainPretrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Config.Pretrained == nil || run.Config.Pretrained.Rank != 4 || run.Config.WarmStart != nil || run.Config.Screen != 0 {
+	if run.Config.Pretrained == nil || run.Config.Pretrained.Rank != 4 || run.Config.Pretrained.Decoding != "graph" || run.Config.WarmStart != nil || run.Config.Screen != 0 {
 		t.Fatalf("config: pretrained %+v, warm start %+v, screen %d", run.Config.Pretrained, run.Config.WarmStart, run.Config.Screen)
 	}
 	// The trained adapters act in agrl play, in the model's own format.
@@ -220,6 +220,7 @@ func TestTrainPretrainedFull(t *testing.T) {
 	for _, bad := range [][]string{
 		{"train", "--model", fixture, "--full", "--lora-rank", "4", "--out", filepath.Join(t.TempDir(), "x")},
 		{"train", "--full", "--out", filepath.Join(t.TempDir(), "y")},
+		{"train", "--decoding", "graph", "--out", filepath.Join(t.TempDir(), "z")},
 	} {
 		if code, _, stderr := runCLI(bad...); code != 2 || !strings.Contains(stderr, "appl") {
 			t.Errorf("%v: exit %d, want 2: %s", bad, code, stderr)

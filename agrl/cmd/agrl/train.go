@@ -49,7 +49,8 @@ type trainFlags struct {
 	model           string
 	loraRank, micro int
 	loraAlpha       float64
-	full            bool // -full: train every weight of the -model, not LoRA adapters
+	full            bool   // -full: train every weight of the -model, not LoRA adapters
+	decoding        string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
 	// given lists the flags that args set explicitly, each between "|" (a string, so that
 	// trainFlags stays comparable: the sweep keys maps by it).
 	given string
@@ -187,6 +188,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
 	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
 	fs.BoolVar(&f.full, "full", false, "fully fine-tune the -model (every weight trained, no LoRA adapters; for small models: 16 bytes a parameter for the weights, gradients and AdamW, plus copies for the sampler and the KL reference); checkpoints are then whole model directories")
+	fs.StringVar(&f.decoding, "decoding", "", `where a -model's rollouts run: "host" (agrl/llm's KV cache and kernels, the fastest on a CPU) or "graph" (the model's graph on the -backend, KV caches in its memory: on a GPU, sampling runs there); default host on the go backend, graph on any other`)
 	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
 	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
@@ -292,7 +294,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro)
+		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding)
 		if f.full {
 			for _, name := range []string{"lora-rank", "lora-alpha"} {
 				if strings.Contains(f.given, "|"+name+"|") {
@@ -310,7 +312,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			f.sftSteps = 0
 		}
 	} else {
-		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch"} {
+		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "decoding"} {
 			if strings.Contains(f.given, "|"+name+"|") {
 				errs = append(errs, fmt.Errorf("-%s applies to a pretrained -model only", name))
 			}
