@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # gpu-check: on a machine with an NVIDIA GPU and a PJRT CUDA plugin, run the policy's short
 # SFT and sampling tests on xla:cuda, then its benchmarks, and print a table; then the
-# pretrained path: LoRA GRPO end to end on the tiny Qwen3 checkpoint (scorer against sampler,
-# resume bit-exact) and, on a generated checkpoint of the Qwen2.5-0.5B shape (random weights),
-# host sampling, graph scoring and a LoRA training step (AGRL_GPU_SHAPE picks another shape).
+# pretrained path: the KV-cache decoding graph against agrl/llm's forward pass, graph decoding
+# against host decoding, LoRA GRPO end to end on the tiny Qwen3 checkpoint with its rollouts
+# decoding on the GPU (scorer against sampler, resume bit-exact) and, on a generated
+# checkpoint of the Qwen2.5-0.5B shape (random weights), sampling (host and graph), graph
+# scoring and a LoRA training step (AGRL_GPU_SHAPE picks another shape).
 #
 #   scripts/gpu-check.sh               # AGRL_BACKEND defaults to xla:cuda
 #   AGRL_BACKEND=xla:cuda,preallocate=false scripts/gpu-check.sh
@@ -69,13 +71,22 @@ echo "$out" | awk '/^Benchmark/ {
 	printf "%-24s %14.0f %12.1f %10.1f\n", name, tps, gf, ns/1e6
 }'
 
-echo "== pretrained path on $backend: LoRA GRPO on the tiny Qwen3 checkpoint"
+echo "== pretrained path on $backend: the decoding graph against agrl/llm (every family), graph decoding against host decoding"
+if ! HFGRAPH_BACKEND="$backend" go test -count=1 -timeout 15m -v -run 'TestDecodeMatchesHost' ./agrl/learn/hfgraph/ 2>&1 |
+	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
+	status=1
+fi
+if ! go test -count=1 -timeout 15m -v -run 'TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding' ./agrl/learn/ 2>&1 |
+	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
+	status=1
+fi
+echo "== pretrained path on $backend: LoRA GRPO on the tiny Qwen3 checkpoint (rollouts decode on $backend)"
 if ! go test -count=1 -timeout 15m -v -run 'TestPretrainedGRPO|TestPretrainedScoreMatchesSampler' ./agrl/learn/ 2>&1 |
 	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
 	status=1
 fi
 shape="${AGRL_GPU_SHAPE:-qwen2.5-0.5b}"
-echo "== pretrained path on $backend at the $shape shape (random weights): sampling (host), scoring and a LoRA step (graphs)"
+echo "== pretrained path on $backend at the $shape shape (random weights): sampling (host, then the decoding graph), scoring and a LoRA step (graphs)"
 if ! (cd agrl/learn && AGRL_BENCH_LLM="$shape" GOEXPERIMENT=simd go test -count=1 -timeout 30m -run '^TestLLMThroughput$' -v . 2>&1 |
 	grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'); then
 	status=1

@@ -3,6 +3,7 @@ package learn
 import (
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/llm"
+	"agrl.dev/agrl/llm/agent"
 
 	"encoding/json"
 	"fmt"
@@ -31,6 +32,11 @@ import (
 //     AGRL_BENCH_FULL=1 the step is full fine-tuning's instead (every weight trained,
 //     agrl.PretrainedLM.Full), and sync_s is the time the sampler's copy of the new weights
 //     takes to make after a step (the median of the same 3 steps);
+//   - graph_prefill, graph_decode, graph_decode_batch8: prefill, decode and decode_batch8
+//     again through the model's decoding graph on the backend (hfgraph.Model.Decode, the KV
+//     caches backend tensors; each shape run once untimed first, which compiles it), when the
+//     policy decodes with it (agrl.PretrainedLM.Decoding: by default on any backend but go) or
+//     AGRL_BENCH_GRAPH=1;
 //
 // The model directory is written once to $TMPDIR/agrl-bench-<shape> (bf16, seed 1) and reused.
 func TestLLMThroughput(t *testing.T) {
@@ -160,11 +166,60 @@ func TestLLMThroughput(t *testing.T) {
 	rec := map[string]any{"impl": "agrl", "shape": shape, "backend": p.BackendConfig(),
 		"prefill_tokens_per_s": round1(prefill), "decode_tokens_per_s": round1(dec), "decode_batch8_tokens_per_s": round1(dec8), "score_tokens_per_s": round1(score), "train_tokens_per_s": round1(train),
 		"lora_params": p.AdapterParams()}
+	if p.GraphDecoding() || os.Getenv("AGRL_BENCH_GRAPH") == "1" {
+		gp, gd, gd8 := graphDecodeThroughput(t, p, ids, prompt, decode, group)
+		rec["graph_prefill_tokens_per_s"], rec["graph_decode_tokens_per_s"], rec["graph_decode_batch8_tokens_per_s"] = round1(gp), round1(gd), round1(gd8)
+	}
 	if full {
 		rec["full"], rec["trainable_params"], rec["sync_s"] = true, p.TrainableParams(), float64(int(syncs[1]*1000+0.5))/1000
 	}
 	line, _ := json.Marshal(rec)
 	fmt.Println(string(line))
+}
+
+// graphDecodeThroughput times TestLLMThroughput's prefill, decode and batched decode through
+// p's decoding graph; every shape is run once untimed first (its compilation).
+func graphDecodeThroughput(t *testing.T, p *PretrainedPolicy, ids func(int) []int32, prompt, decode, group int) (prefill, dec, dec8 float64) {
+	t.Helper()
+	d := newGraphDecoder(p, p.graph, "bench")
+	run := func(seqs []agent.Seq, n int) {
+		t.Helper()
+		feeds := make([][]int32, len(seqs))
+		for j := range feeds {
+			feeds[j] = ids(n)
+		}
+		if _, err := d.NextBatch(seqs, feeds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := func(n int) []agent.Seq {
+		s := make([]agent.Seq, n)
+		for i := range s {
+			s[i] = d.NewSeq()
+		}
+		return s
+	}
+	warm := fresh(1)
+	run(warm, prompt) // compiles the prefill and the step at this capacity
+	run(warm, 1)
+	one := fresh(1)
+	start := time.Now()
+	run(one, prompt)
+	prefill = float64(prompt) / time.Since(start).Seconds()
+	start = time.Now()
+	for range decode {
+		run(one, 1)
+	}
+	dec = float64(decode) / time.Since(start).Seconds()
+	many := fresh(group)
+	run(many, 64)
+	run(many, 1) // compiles the batch's step
+	start = time.Now()
+	for range decode {
+		run(many, 1)
+	}
+	dec8 = float64(group*decode) / time.Since(start).Seconds()
+	return prefill, dec, dec8
 }
 
 func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
