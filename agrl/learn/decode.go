@@ -54,7 +54,7 @@ func newCacheBuf(t *tensors.Tensor, capacity int) *cacheBuf {
 }
 
 func (b *cacheBuf) release() {
-	if b != nil && b.refs.Add(-1) == 0 {
+	if b != nil && b.refs.Add(-1) == 0 && b.t != nil { // t is nil once donated to a step
 		_ = b.t.FinalizeAll()
 	}
 }
@@ -157,13 +157,25 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 	}
 	tok := make([]int32, rows*width)
 	starts, counts := make([]int32, rows), make([]int32, rows)
-	inputs := make([]*tensors.Tensor, rows)
-	var grown []*tensors.Tensor // freed after the step
+	inputs := make([]any, rows)
+	var grown []*tensors.Tensor // freed after the step (unless donated)
 	defer func() {
 		for _, t := range grown {
-			_ = t.FinalizeAll()
+			if t != nil {
+				_ = t.FinalizeAll()
+			}
 		}
 	}()
+	// A cache no other sequence shares is donated to the step, whose output may then reuse its
+	// memory (XLA); so is a grown copy. The shared empty cache never is.
+	var donated []*graphSeq
+	donate := func(t *tensors.Tensor) (any, error) {
+		v, err := graph.DonateTensorBuffer(t, d.p.backend, 0)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: graph decoding: %w", err)
+		}
+		return v, nil
+	}
 	for i := range rows {
 		counts[i] = 1
 		inputs[i] = zero
@@ -175,6 +187,13 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 		starts[i], counts[i] = int32(g.n), int32(len(ids[i]))
 		switch {
 		case g.buf == nil:
+		case g.buf.capacity == capacity && g.buf.refs.Load() == 1:
+			v, err := donate(g.buf.t)
+			if err != nil {
+				return nil, err
+			}
+			inputs[i], g.buf.t = v, nil
+			donated = append(donated, g)
 		case g.buf.capacity == capacity:
 			inputs[i] = g.buf.t
 		default:
@@ -182,7 +201,12 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 			if err != nil {
 				return nil, err
 			}
-			inputs[i], grown = t, append(grown, t)
+			v, err := donate(t)
+			if err != nil {
+				_ = t.FinalizeAll()
+				return nil, err
+			}
+			inputs[i] = v
 		}
 	}
 	if d.step == nil {
@@ -193,12 +217,12 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 			return nil, err
 		}
 	}
-	args := []any{tensors.FromFlatDataAndDimensions(tok, rows, width), starts, counts}
-	for _, t := range inputs {
-		args = append(args, t)
-	}
+	args := append([]any{tensors.FromFlatDataAndDimensions(tok, rows, width), starts, counts}, inputs...)
 	out, err := call(d.step, args...)
 	if err != nil {
+		for _, g := range donated { // their caches went with the failed step
+			g.buf, g.released = nil, true
+		}
 		return nil, fmt.Errorf("agrl: graph decoding (%s): %w", d.name, err)
 	}
 	flat := tensors.MustCopyFlatData[float32](out[0])
