@@ -104,15 +104,6 @@ func decodeWidth(n int) int {
 	return w
 }
 
-// pow2 is the smallest power of two ≥ n.
-func pow2(n int) int {
-	p := 1
-	for p < n {
-		p *= 2
-	}
-	return p
-}
-
 // NextBatch implements agent.Decoder.
 func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, error) {
 	if len(seqs) == 0 || len(seqs) != len(ids) {
@@ -147,7 +138,7 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 	}
 	capacity := decodeCapacity(need, context)
 	width = decodeWidth(width)
-	rows := pow2(len(seqs))
+	rows := bucketBatch(len(seqs))
 
 	d.mu.Lock()
 	defer d.mu.Unlock()

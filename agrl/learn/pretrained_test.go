@@ -293,20 +293,7 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Give the adapters non-zero B so that the view with adapters differs from the base.
-	a, err := p.Adapters()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, prm := range a.Params() {
-		for i := range prm.Data {
-			prm.Data[i] = float32(math.Sin(float64(i))) * 0.05
-		}
-	}
-	if err := p.Graph().SetAdapters(a); err != nil {
-		t.Fatal(err)
-	}
-	p.stale = true
+	withRandomAdapters(t, p) // the view with adapters differs from the base
 	samplerMatchesScorer(t, p)
 }
 
