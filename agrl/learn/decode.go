@@ -29,15 +29,18 @@ type graphDecoder struct {
 	name string // the view, for errors
 
 	mu    sync.Mutex
-	step  *model.Exec             // Decode: ids, starts, counts, caches… → logits, caches…
-	grow  map[[2]int]*model.Exec  // capacity from → to
-	zeros map[int]*tensors.Tensor // an empty cache per capacity, read only
-	zero  func(int) (*model.Exec, error)
+	step  *model.Exec            // Decode: ids, starts, counts, caches… → logits, caches…
+	grow  map[[2]int]*model.Exec // capacity from → to
+	zeros *model.Exec            // makes an empty cache
+	// zeroT is the empty cache of capacity zeroCap, read only (padding rows and empty
+	// sequences read it).
+	zeroT   *tensors.Tensor
+	zeroCap int
 }
 
 // newGraphDecoder decodes view m (the policy's graph, its Base or a frozen reference) of p.
 func newGraphDecoder(p *PretrainedPolicy, m *hfgraph.Model, name string) *graphDecoder {
-	return &graphDecoder{p: p, m: m, name: name, grow: map[[2]int]*model.Exec{}, zeros: map[int]*tensors.Tensor{}}
+	return &graphDecoder{p: p, m: m, name: name, grow: map[[2]int]*model.Exec{}}
 }
 
 // cacheBuf is a cache tensor shared by a sequence and its clones, freed with the last of them.
@@ -149,17 +152,16 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 	tok := make([]int32, rows*width)
 	starts, counts := make([]int32, rows), make([]int32, rows)
 	inputs := make([]any, rows)
-	var grown []*tensors.Tensor // freed after the step (unless donated)
-	defer func() {
-		for _, t := range grown {
-			if t != nil {
-				_ = t.FinalizeAll()
-			}
-		}
-	}()
 	// A cache no other sequence shares is donated to the step, whose output may then reuse its
-	// memory (XLA); so is a grown copy. The shared empty cache never is.
+	// memory (XLA); so is a grown copy. The shared empty cache never is. A sequence whose cache
+	// was donated to a step that then failed has lost it: it is marked released.
 	var donated []*graphSeq
+	fail := func(err error) ([][]float32, error) {
+		for _, g := range donated {
+			g.buf, g.released = nil, true
+		}
+		return nil, err
+	}
 	donate := func(t *tensors.Tensor) (any, error) {
 		v, err := graph.DonateTensorBuffer(t, d.p.backend, 0)
 		if err != nil {
@@ -181,7 +183,7 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 		case g.buf.capacity == capacity && g.buf.refs.Load() == 1:
 			v, err := donate(g.buf.t)
 			if err != nil {
-				return nil, err
+				return fail(err)
 			}
 			inputs[i], g.buf.t = v, nil
 			donated = append(donated, g)
@@ -190,12 +192,12 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 		default:
 			t, err := d.grown(g.buf, capacity)
 			if err != nil {
-				return nil, err
+				return fail(err)
 			}
 			v, err := donate(t)
 			if err != nil {
 				_ = t.FinalizeAll()
-				return nil, err
+				return fail(err)
 			}
 			inputs[i] = v
 		}
@@ -205,16 +207,13 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 			logits, caches := d.m.Decode(in[3:], in[0], in[1], in[2])
 			return append([]*graph.Node{logits}, caches...)
 		}); err != nil {
-			return nil, err
+			return fail(err)
 		}
 	}
 	args := append([]any{tensors.FromFlatDataAndDimensions(tok, rows, width), starts, counts}, inputs...)
 	out, err := call(d.step, args...)
 	if err != nil {
-		for _, g := range donated { // their caches went with the failed step
-			g.buf, g.released = nil, true
-		}
-		return nil, fmt.Errorf("agrl: graph decoding (%s): %w", d.name, err)
+		return fail(fmt.Errorf("agrl: graph decoding (%s): %w", d.name, err))
 	}
 	flat := tensors.MustCopyFlatData[float32](out[0])
 	_ = out[0].FinalizeAll()
@@ -231,23 +230,31 @@ func (d *graphDecoder) NextBatch(seqs []agent.Seq, ids [][]int32) ([][]float32, 
 	return logits, nil
 }
 
-// zeroCache is an empty cache of the capacity (d.mu held), made once by a graph on the
-// backend and only ever read.
+// zeroCache is an empty cache of the capacity (d.mu held), made by a graph on the backend and
+// only ever read. Only the last capacity's is kept: at a long context one is large.
 func (d *graphDecoder) zeroCache(capacity int) (*tensors.Tensor, error) {
-	if t := d.zeros[capacity]; t != nil {
-		return t, nil
+	if d.zeroCap == capacity && d.zeroT != nil {
+		return d.zeroT, nil
 	}
-	e, err := d.p.newExec("decode cache", func(_ *model.Scope, in []*graph.Node) []*graph.Node {
-		return []*graph.Node{graph.Zeros(in[0].Graph(), d.m.CacheShape(capacity))}
-	})
-	if err != nil {
-		return nil, err
+	e := d.zeros
+	if e == nil {
+		var err error
+		e, err = d.p.newExec("decode cache", func(_ *model.Scope, in []*graph.Node) []*graph.Node {
+			return []*graph.Node{graph.Zeros(in[0].Graph(), d.m.CacheShape(in[0].Shape().Dimensions[0]))}
+		})
+		if err != nil {
+			return nil, err
+		}
+		d.zeros = e
 	}
-	out, err := call(e, int32(0))
+	out, err := call(e, make([]int32, capacity)) // the input gives the capacity as its length
 	if err != nil {
 		return nil, fmt.Errorf("agrl: graph decoding: an empty cache: %w", err)
 	}
-	d.zeros[capacity] = out[0]
+	if d.zeroT != nil {
+		_ = d.zeroT.FinalizeAll()
+	}
+	d.zeroT, d.zeroCap = out[0], capacity
 	return out[0], nil
 }
 
