@@ -26,7 +26,7 @@ func gemmRowsK(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb 
 	if m == 0 || n == 0 {
 		return
 	}
-	chunked(workers, m, 4, 8, func(lo, hi int) {
+	chunked(workers, m, gemmRowBlock(), 8, func(lo, hi int) {
 		gemmK(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc, load)
 	})
 }

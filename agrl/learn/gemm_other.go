@@ -19,3 +19,6 @@ func expSum(x []float32, shift float32) float32 { return expSumScalar(x, shift) 
 func reluRows(x []float32) { reluScalar(x) }
 
 func reluGrad(dx, u []float32) { reluGradScalar(dx, u) }
+
+// gemmRowBlock is the row block gemmRows aligns its pieces to.
+func gemmRowBlock() int { return 4 }

@@ -20,6 +20,15 @@ var useAVX2 = !hasAVX512 && hasAVX2
 // hostKernels reports whether the host trainer's vector kernels run here (see onHost).
 var hostKernels = hasAVX512 || hasAVX2
 
+// gemmRowBlock is the row block of the kernels gemmK runs here: the pieces gemmRows splits C
+// into are multiples of it.
+func gemmRowBlock() int {
+	if useAVX2 && useAsm {
+		return 6
+	}
+	return 4
+}
+
 // gemmK adds op(A)·B into C, or stores it with load false (see gemm.go).
 func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	if !(hasAVX512 || useAVX2) || m == 0 || n == 0 || kk == 0 {

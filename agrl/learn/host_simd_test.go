@@ -225,3 +225,52 @@ func maxCases(rng *rand.Rand, n int) [][]float32 {
 	}
 	return cases
 }
+
+// TestAsmKernelMatchesAVX2 runs the AVX2 products with kernel6x16FMA (assembly) and without it
+// (the simd/archsimd kernels alone) on the same inputs and requires the same bits: every row
+// and column tail around the 6×16 and 4×16 blocks, both layouts of A, adding and storing,
+// contractions past kBlock, and two whole training steps. On machines with AVX-512 too,
+// TestAVX2MatchesAVX512 ties both to the AVX-512 kernels.
+func TestAsmKernelMatchesAVX2(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("needs a CPU with AVX2 and FMA")
+	}
+	saved := useAVX2
+	defer func() { useAVX2, useAsm = saved, true }()
+	useAVX2 = true
+	rng := rand.New(rand.NewPCG(6, 16))
+	fill := func(n int) []float32 { return randNormals(rng, n) }
+	for _, sh := range [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}} {
+		m, n, kk := sh[0], sh[1], sh[2]
+		a, b, c := fill(m*kk), fill(kk*n), fill(m*n)
+		for _, load := range []bool{true, false} {
+			for _, trans := range []bool{false, true} {
+				ai, ak := kk, 1
+				if trans {
+					ai, ak = 1, m
+				}
+				var got [2][]float32
+				for v, asm := range []bool{true, false} {
+					useAsm = asm
+					got[v] = append([]float32(nil), c...)
+					gemmK(m, n, kk, a, ai, ak, b, n, got[v], n, load)
+				}
+				useAsm = true
+				for i := range got[0] {
+					if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
+						t.Fatalf("%dx%dx%d load %v trans %v: element %d: with the assembly kernel %v, without %v",
+							m, n, kk, load, trans, i, got[0][i], got[1][i])
+					}
+				}
+			}
+		}
+	}
+	useAsm = true
+	withAsm := twoHostSteps(t, 2)
+	useAsm = false
+	without := twoHostSteps(t, 2)
+	useAsm = true
+	if d := maxDiff(withAsm, without); d != 0 {
+		t.Errorf("weights after two steps: the assembly kernel changes them by %g", d)
+	}
+}
