@@ -10,21 +10,21 @@ import (
 	"testing"
 )
 
-// TestAVX2MatchesAVX512 runs the AVX2 kernels with the plain element-wise loops of vec.go (as
-// on a CPU without AVX-512) and the AVX-512 kernels with the vector loops on the same inputs,
-// and requires the same bits: products in every layout and tail, expSum, the ReLUs, and two
-// whole training steps.
+// TestAVX2MatchesAVX512 runs the AVX2 kernels with the AVX2 element-wise loops (as on a CPU
+// without AVX-512) and the AVX-512 kernels with the AVX-512 loops on the same inputs, and
+// requires the same bits: products in every layout and tail, expSum, the ReLUs, and whole
+// training steps (those also with the plain element-wise loops).
 func TestAVX2MatchesAVX512(t *testing.T) {
 	if !hasAVX512 || !hasAVX2 {
 		t.Skip("needs a CPU with both AVX-512 and AVX2")
 	}
-	defer func() { useAVX2, useVec = false, hasAVX512 }()
+	defer func() { useAVX2, vecLanes = false, 16 }()
 	both := func(f func() []float32) (avx512, avx2 []float32) {
-		useAVX2, useVec = false, true
+		useAVX2, vecLanes = false, 16
 		avx512 = f()
-		useAVX2, useVec = true, false
+		useAVX2, vecLanes = true, 8
 		avx2 = f()
-		useAVX2, useVec = false, true
+		useAVX2, vecLanes = false, 16
 		return
 	}
 	same := func(what string, x, y []float32) {
@@ -72,23 +72,40 @@ func TestAVX2MatchesAVX512(t *testing.T) {
 		})
 		same("relu", x, y)
 	}
-	useAVX2 = false
+	useAVX2, vecLanes = false, 16
 	w512 := twoHostSteps(t, 2)
-	useAVX2 = true
-	w2 := twoHostSteps(t, 2)
-	useAVX2 = false
-	if d := maxDiff(w512, w2); d != 0 {
-		t.Errorf("weights after two steps: AVX2 differs from AVX-512 by %g", d)
+	for _, lanes := range []int{8, 0} {
+		useAVX2, vecLanes = true, lanes
+		w2 := twoHostSteps(t, 2)
+		if d := maxDiff(w512, w2); d != 0 {
+			t.Errorf("weights after two steps: AVX2 with %d-lane loops differs from AVX-512 by %g", lanes, d)
+		}
 	}
 }
 
-// TestVecMatchesScalar runs every element-wise loop of vec.go on the vector path and the
-// plain one, on the same inputs of lengths around the 16-lane width, and requires the same
-// bits.
+// TestVecMatchesScalar runs every element-wise loop of vec.go on each vector path this CPU
+// has (AVX-512's 16 lanes, AVX2's pairs of 8) and on the plain one, on the same inputs of
+// lengths around the 16-lane width, and requires the same bits.
 func TestVecMatchesScalar(t *testing.T) {
-	if !hasAVX512 {
-		t.Skip("needs AVX-512")
+	var widths []int
+	if hasAVX512 {
+		widths = append(widths, 16)
 	}
+	if hasAVX2 {
+		widths = append(widths, 8)
+	}
+	if len(widths) == 0 {
+		t.Skip("needs AVX2 or AVX-512")
+	}
+	saved := vecLanes
+	defer func() { vecLanes = saved }()
+	for _, lanes := range widths {
+		vecLanes = lanes
+		t.Run(fmt.Sprintf("lanes%d", lanes), vecMatchesScalar)
+	}
+}
+
+func vecMatchesScalar(t *testing.T) {
 	rng := rand.New(rand.NewPCG(4, 4))
 	fill := func(n int) []float32 {
 		x := randNormals(rng, n)
