@@ -20,7 +20,7 @@ import (
 // products, in generic element-wise, transpose and reduction loops, and pads or packs
 // sequences into rows; here every sequence is computed at its own length (no padding, no
 // packing, no mask tensors), the products run on register-blocked AVX-512 or AVX2 kernels
-// (gemm_simd.go, gemm_avx2.go), and both cores share every stage. The loss stays a GoMLX graph
+// (gemm_simd.go, gemm_avx2.go, gemm_fma_amd64.s), and both cores share every stage. The loss stays a GoMLX graph
 // (the trainer's LossFunc, evaluated on the per-token statistics, which also gives its
 // gradient with respect to them). The AdamW update runs here too, in place on the store's
 // variables, so optimizer state, checkpoints and resume are unchanged. Score takes the same

@@ -3,7 +3,8 @@ package learn
 import "math"
 
 // The host trainer's element-wise loops (host.go, hostsample.go), written once as plain loops
-// (here) and once on 16-lane vectors (vec_simd.go). Each output element is computed by the
+// (here) and once on 16-lane vectors (vec16_simd.go, also generated as pairs of AVX2 vectors;
+// vec_simd.go picks one per call). Each output element is computed by the
 // same float32 operations in the same order in both, never a fused multiply-add (the plain
 // loops convert their products explicitly, which forbids the compiler to fuse them even
 // where GOAMD64=v3 would allow it), so the two give the same bits (TestVecMatchesScalar) and a
