@@ -37,24 +37,11 @@ func TestAVX2MatchesAVX512(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
 	fill := func(n int) []float32 { return randNormals(rng, n) }
-	for _, sh := range [][3]int{{1, 1, 1}, {5, 37, 3}, {9, 33, 17}, {64, 211, 300}, {7, 8, 2}, {3, 23, 40}} {
-		m, n, kk := sh[0], sh[1], sh[2]
-		a, b, c := fill(m*kk), fill(kk*n), fill(m*n)
-		for _, load := range []bool{true, false} {
-			for _, trans := range []bool{false, true} {
-				ai, ak := kk, 1
-				if trans {
-					ai, ak = 1, m
-				}
-				x, y := both(func() []float32 {
-					out := append([]float32(nil), c...)
-					gemmK(m, n, kk, a, ai, ak, b, n, out, n, load)
-					return out
-				})
-				same("gemm", x, y)
-			}
-		}
-	}
+	eachGemmCase(rng, [][3]int{{1, 1, 1}, {5, 37, 3}, {9, 33, 17}, {64, 211, 300}, {7, 8, 2}, {3, 23, 40}},
+		func(name string, product func() []float32) {
+			x, y := both(product)
+			same(name, x, y)
+		})
 	for _, n := range []int{1, 7, 8, 15, 16, 17, 40, 203} {
 		src := fill(n)
 		x, y := both(func() []float32 {
@@ -256,32 +243,19 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 	defer func() { useAVX2, useAsm = saved, true }()
 	useAVX2 = true
 	rng := rand.New(rand.NewPCG(6, 16))
-	fill := func(n int) []float32 { return randNormals(rng, n) }
-	for _, sh := range [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}} {
-		m, n, kk := sh[0], sh[1], sh[2]
-		a, b, c := fill(m*kk), fill(kk*n), fill(m*n)
-		for _, load := range []bool{true, false} {
-			for _, trans := range []bool{false, true} {
-				ai, ak := kk, 1
-				if trans {
-					ai, ak = 1, m
-				}
-				var got [2][]float32
-				for v, asm := range []bool{true, false} {
-					useAsm = asm
-					got[v] = append([]float32(nil), c...)
-					gemmK(m, n, kk, a, ai, ak, b, n, got[v], n, load)
-				}
-				useAsm = true
-				for i := range got[0] {
-					if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
-						t.Fatalf("%dx%dx%d load %v trans %v: element %d: with the assembly kernel %v, without %v",
-							m, n, kk, load, trans, i, got[0][i], got[1][i])
-					}
-				}
+	shapes := [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}}
+	eachGemmCase(rng, shapes, func(name string, product func() []float32) {
+		useAsm = true
+		with := product()
+		useAsm = false
+		without := product()
+		useAsm = true
+		for i := range with {
+			if math.Float32bits(with[i]) != math.Float32bits(without[i]) {
+				t.Fatalf("%s: element %d: with the assembly kernel %v, without %v", name, i, with[i], without[i])
 			}
 		}
-	}
+	})
 	useAsm = true
 	withAsm := twoHostSteps(t, 2)
 	useAsm = false
@@ -289,5 +263,28 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 	useAsm = true
 	if d := maxDiff(withAsm, without); d != 0 {
 		t.Errorf("weights after two steps: the assembly kernel changes them by %g", d)
+	}
+}
+
+// eachGemmCase calls f on every shape {m, n, kk} of shapes, with A in both layouts (row-major
+// and transposed) and C both added to and stored: name says which, and product runs gemmK on
+// a fresh copy of C's starting values and returns the result. The operands are drawn from rng.
+func eachGemmCase(rng *rand.Rand, shapes [][3]int, f func(name string, product func() []float32)) {
+	for _, sh := range shapes {
+		m, n, kk := sh[0], sh[1], sh[2]
+		a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*n), randNormals(rng, m*n)
+		for _, load := range []bool{true, false} {
+			for _, trans := range []bool{false, true} {
+				ai, ak := kk, 1
+				if trans {
+					ai, ak = 1, m
+				}
+				f(fmt.Sprintf("gemm %dx%dx%d load %v transposed %v", m, n, kk, load, trans), func() []float32 {
+					out := slices.Clone(c)
+					gemmK(m, n, kk, a, ai, ak, b, n, out, n, load)
+					return out
+				})
+			}
+		}
 	}
 }
