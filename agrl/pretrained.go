@@ -37,6 +37,9 @@ type PretrainedLM struct {
 	system   string
 	// full trains every weight instead of adapters (Full).
 	full bool
+	// weights is the base weights' storage on the backend (Weights): "", "float32" or
+	// "bfloat16".
+	weights string
 }
 
 // Pretrained names the model directory (config.json, model.safetensors or sharded weights with
@@ -96,6 +99,17 @@ func (p PretrainedLM) Backend(config string) PretrainedLM { p.backend = config; 
 // agree to float32 rounding (their log-probs to about 1e-6), so a resume may change it.
 func (p PretrainedLM) Decoding(mode string) PretrainedLM { p.decoding = mode; return p }
 
+// Weights sets the dtype the frozen base weights are kept in on the backend: "float32" (the
+// default, "") or "bfloat16", which halves their memory there (a GPU's, for a 7B model 14 GB
+// instead of 28). Storage only: the graphs convert the weights to float32 where they read them
+// and compute in float32; host sampling reads bfloat16-rounded weights too, so sampler and
+// scorer still agree. A checkpoint saved in bfloat16 (as released models are) then computes
+// exactly what it computes in float32; a float32 one is rounded once, at load. It needs LoRA
+// (full fine-tuning trains float32 weights), and the adapters stay float32. On the go backend
+// it saves nothing (the host kernels' float32 copies stay) and costs a conversion per graph
+// call; it is meant for backends with their own memory.
+func (p PretrainedLM) Weights(dtype string) PretrainedLM { p.weights = dtype; return p }
+
 // MicroBatch sets how many sequences one graph call scores or differentiates (default 8): a
 // training batch is split into micro-batches whose gradients are added up before the one
 // optimizer step, so memory does not grow with the group size.
@@ -115,16 +129,19 @@ type PretrainedSpec struct {
 	System     string
 	// Full is set for full fine-tuning (every weight trained; LoRA is then unused).
 	Full bool
+	// Weights is the base weights' storage: "" or "float32", or "bfloat16" (PretrainedLM.Weights).
+	Weights string
 }
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
-	return PretrainedSpec{Dir: p.dir, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full,
+	return PretrainedSpec{Dir: p.dir, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full, Weights: p.weights,
 		LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
 // Validate reports every problem at once: no directory, a directory without config.json (or
-// with one of an unsupported architecture), invalid LoRA settings, micro-batch or decoding.
+// with one of an unsupported architecture), invalid LoRA settings, micro-batch, decoding or
+// weights dtype.
 func (p PretrainedLM) Validate() error {
 	var errs []error
 	switch {
@@ -154,6 +171,15 @@ func (p PretrainedLM) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("decoding %q; want \"host\", \"graph\" or \"\" (host on the go backend, graph elsewhere)", p.decoding))
 	}
+	switch p.weights {
+	case "", "float32":
+	case "bfloat16":
+		if p.full {
+			errs = append(errs, errors.New("bfloat16 weights with full fine-tuning: full fine-tuning trains float32 weights (bfloat16 storage is for LoRA)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("weights %q; want \"float32\" or \"bfloat16\"", p.weights))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agrl: invalid pretrained policy: %w", errors.Join(errs...))
 	}
@@ -182,11 +208,17 @@ type PretrainedRecord struct {
 	Backend    string `json:"backend"`
 	Decoding   string `json:"decoding,omitempty"`
 	MicroBatch int    `json:"micro_batch"`
+	// Weights is the base weights' storage ("bfloat16"; empty for float32). It changes what is
+	// computed for a float32 checkpoint (its weights are rounded), so a resume keeps it.
+	Weights string `json:"weights,omitempty"`
 }
 
 func (p PretrainedLM) record() *PretrainedRecord {
 	r := &PretrainedRecord{Model: p.dir, Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout,
 		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro}
+	if p.weights == "bfloat16" {
+		r.Weights = p.weights
+	}
 	if p.full {
 		r.Full, r.Rank, r.Alpha, r.Dropout, r.Targets = true, 0, 0, 0, nil
 	}

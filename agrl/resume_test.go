@@ -99,6 +99,28 @@ func TestResumeChanges(t *testing.T) {
 	}
 }
 
+// TestPretrainedWeightsResume: the base weights' storage is part of the model (a float32
+// checkpoint computes another model in bfloat16): a resume cannot change it, while where the
+// rollouts decode may change.
+func TestPretrainedWeightsResume(t *testing.T) {
+	g := toyGRPO().Pretrained(Pretrained("models/m"))
+	cfg, err := asMap(g.Resolved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding, _, err := toyGRPO().Pretrained(Pretrained("models/m").Weights("bfloat16")).ResumeChanges(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ModelChanges(binding); len(m) != 1 || m[0].Setting != "pretrained.weights" {
+		t.Errorf("model changes %v, want pretrained.weights alone", m)
+	}
+	binding, free, err := toyGRPO().Pretrained(Pretrained("models/m").Decoding("graph")).ResumeChanges(cfg)
+	if err != nil || len(binding) != 0 || len(free) != 1 || free[0].Setting != "pretrained.decoding" {
+		t.Errorf("decoding: binding %v, free %v, %v", binding, free, err)
+	}
+}
+
 // asMap is a configuration as config.json stores it, decoded.
 func asMap(v any) (map[string]any, error) {
 	b, err := json.Marshal(v)

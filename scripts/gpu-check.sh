@@ -5,7 +5,8 @@
 # against host decoding, LoRA GRPO end to end on the tiny Qwen3 checkpoint with its rollouts
 # decoding on the GPU (scorer against sampler, resume bit-exact) and, on a generated
 # checkpoint of the Qwen2.5-0.5B shape (random weights), sampling (host and graph), graph
-# scoring and a LoRA training step (AGRL_GPU_SHAPE picks another shape).
+# scoring and a LoRA training step (AGRL_GPU_SHAPE picks another shape), with the base weights in
+# float32 and then in bfloat16 (their storage tested against float32 first).
 #
 #   scripts/gpu-check.sh               # AGRL_BACKEND defaults to xla:cuda
 #   AGRL_BACKEND=xla:cuda,preallocate=false scripts/gpu-check.sh
@@ -72,11 +73,11 @@ echo "$out" | awk '/^Benchmark/ {
 }'
 
 echo "== pretrained path on $backend: the decoding graph against agrl/llm (every family), graph decoding against host decoding"
-if ! HFGRAPH_BACKEND="$backend" go test -count=1 -timeout 15m -v -run 'TestDecodeMatchesHost' ./agrl/learn/hfgraph/ 2>&1 |
+if ! HFGRAPH_BACKEND="$backend" go test -count=1 -timeout 15m -v -run 'TestDecodeMatchesHost|TestBF16Storage' ./agrl/learn/hfgraph/ 2>&1 |
 	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
 	status=1
 fi
-if ! go test -count=1 -timeout 15m -v -run 'TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding' ./agrl/learn/ 2>&1 |
+if ! go test -count=1 -timeout 15m -v -run 'TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding|TestPretrainedBF16Weights' ./agrl/learn/ 2>&1 |
 	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
 	status=1
 fi
@@ -88,6 +89,11 @@ fi
 shape="${AGRL_GPU_SHAPE:-qwen2.5-0.5b}"
 echo "== pretrained path on $backend at the $shape shape (random weights): sampling (host, then the decoding graph), scoring and a LoRA step (graphs)"
 if ! (cd agrl/learn && AGRL_BENCH_LLM="$shape" GOEXPERIMENT=simd go test -count=1 -timeout 30m -run '^TestLLMThroughput$' -v . 2>&1 |
+	grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'); then
+	status=1
+fi
+echo "== the same at the $shape shape with the base weights in bfloat16 on $backend (agrl.PretrainedLM.Weights)"
+if ! (cd agrl/learn && AGRL_BENCH_LLM="$shape" AGRL_BENCH_WEIGHTS=bfloat16 GOEXPERIMENT=simd go test -count=1 -timeout 30m -run '^TestLLMThroughput$' -v . 2>&1 |
 	grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'); then
 	status=1
 fi

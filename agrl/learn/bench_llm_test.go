@@ -38,6 +38,9 @@ import (
 //     policy decodes with it (agrl.PretrainedLM.Decoding: by default on any backend but go) or
 //     AGRL_BENCH_GRAPH=1;
 //
+// AGRL_BENCH_WEIGHTS=bfloat16 keeps the base weights in bfloat16 on the backend
+// (agrl.PretrainedLM.Weights); the record then says so.
+//
 // The model directory is written once to $TMPDIR/agrl-bench-<shape> (bf16, seed 1) and reused.
 func TestLLMThroughput(t *testing.T) {
 	shape := os.Getenv("AGRL_BENCH_LLM")
@@ -75,6 +78,8 @@ func TestLLMThroughput(t *testing.T) {
 	if full {
 		spec = spec.Full()
 	}
+	weights := os.Getenv("AGRL_BENCH_WEIGHTS") // "bfloat16": the base weights stored so on the backend
+	spec = spec.Weights(weights)
 	p, err := LoadPretrained(spec, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -169,6 +174,9 @@ func TestLLMThroughput(t *testing.T) {
 	if p.GraphDecoding() || os.Getenv("AGRL_BENCH_GRAPH") == "1" {
 		gp, gd, gd8 := graphDecodeThroughput(t, p, ids, prompt, decode, group)
 		rec["graph_prefill_tokens_per_s"], rec["graph_decode_tokens_per_s"], rec["graph_decode_batch8_tokens_per_s"] = round1(gp), round1(gd), round1(gd8)
+	}
+	if weights != "" {
+		rec["weights"] = weights
 	}
 	if full {
 		rec["full"], rec["trainable_params"], rec["sync_s"] = true, p.TrainableParams(), float64(int(syncs[1]*1000+0.5))/1000

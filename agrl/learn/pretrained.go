@@ -138,6 +138,20 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	if s.System != "" {
 		pol = pol.System(s.System)
 	}
+	dtype := dtypes.Float32
+	if s.Weights == "bfloat16" {
+		// The sampler reads the values the graphs read.
+		dtype = dtypes.BFloat16
+		m, err := bf16Rounded(pol.Model(), s.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
+		}
+		if m != pol.Model() {
+			if pol, err = pol.WithModel(m); err != nil {
+				return nil, err
+			}
+		}
+	}
 	backend, err := NewBackend(s.Backend)
 	if err != nil {
 		return nil, err
@@ -147,13 +161,15 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed,
 		full: s.Full, frozen: map[string]*pretrainedFrozen{}, decoders: map[string]*graphDecoder{},
 		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && bc.Name != "go")}
-	if pp.graph, err = hfgraph.FromLLM(pp.store, pretrainedScope, pp.base); err != nil {
+	if pp.graph, err = hfgraph.FromLLMAs(pp.store, pretrainedScope, pp.base, dtype); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 	}
 	if pp.full {
 		// Every weight trains; the sampler's copy is rebuilt from the store after updates
 		// (no shared buffers: the store's values change at every step).
-		pp.graph.TrainBase(true)
+		if err := pp.graph.TrainBase(true); err != nil {
+			return nil, fmt.Errorf("agrl: %w", err)
+		}
 		pp.cur = pol
 	} else {
 		if err := pp.graph.AddLoRA(s.LoRA, seed); err != nil {
@@ -183,6 +199,37 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	pp.loaded = info
 	return pp, nil
+}
+
+// bf16Rounded returns m with every weight rounded to the nearest bfloat16 (ties to even), or m
+// itself when every weight is a bfloat16 value already (a checkpoint saved in bfloat16).
+func bf16Rounded(m *llm.Model, dir string) (*llm.Model, error) {
+	w := m.WeightsView()
+	round := func(v float32) float32 { return hf.BF16ToFloat32(hf.Float32ToBF16(v)) }
+	exact := true
+	for _, x := range w {
+		for _, v := range x {
+			if round(v) != v {
+				exact = false
+				break
+			}
+		}
+		if !exact {
+			break
+		}
+	}
+	if exact {
+		return m, nil
+	}
+	r := make(map[string][]float32, len(w))
+	for name, x := range w {
+		y := make([]float32, len(x))
+		for i, v := range x {
+			y[i] = round(v)
+		}
+		r[name] = y
+	}
+	return llm.FromWeights(m.Config(), dir, r)
 }
 
 // shareWeights keeps one copy of each frozen projection for the graphs and the sampler where
@@ -871,6 +918,9 @@ type pretrainedJSON struct {
 	// Full is set for full fine-tuning: the checkpoint holds the whole model (config.json,
 	// model.safetensors, the tokenizer files) instead of adapters, and the LoRA fields are zero.
 	Full bool `json:"full,omitempty"`
+	// Weights is "bfloat16" when the base weights were kept so (agrl.PretrainedLM.Weights): the
+	// model the adapters were trained on.
+	Weights string `json:"weights,omitempty"`
 }
 
 // Save writes the adapters (with full fine-tuning, the whole model as a Hugging Face model
@@ -890,6 +940,9 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.spec.Dir, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full}
+	if p.graph.DType() == dtypes.BFloat16 {
+		meta.Weights = "bfloat16"
+	}
 	if lora := p.graph.LoRA(); lora != nil {
 		meta.Rank, meta.Alpha, meta.Targets, meta.Dropout = lora.Rank, lora.Alpha, lora.TargetModules, lora.Dropout
 	}
@@ -1016,7 +1069,7 @@ func LoadModel(dir, backend string) (Model, error) {
 		return LoadPolicy(dir, backend)
 	}
 	spec := agrl.Pretrained(meta.Model).LoRA(meta.Rank, meta.Alpha).Targets(meta.Targets...).Dropout(meta.Dropout).
-		System(meta.System).Backend(backend)
+		System(meta.System).Backend(backend).Weights(meta.Weights)
 	if meta.Full {
 		spec = agrl.Pretrained(meta.Model).Full().System(meta.System).Backend(backend)
 	}

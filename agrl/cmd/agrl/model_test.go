@@ -221,6 +221,7 @@ func TestTrainPretrainedFull(t *testing.T) {
 		{"train", "--model", fixture, "--full", "--lora-rank", "4", "--out", filepath.Join(t.TempDir(), "x")},
 		{"train", "--full", "--out", filepath.Join(t.TempDir(), "y")},
 		{"train", "--decoding", "graph", "--out", filepath.Join(t.TempDir(), "z")},
+		{"train", "--weights", "bfloat16", "--out", filepath.Join(t.TempDir(), "w")},
 	} {
 		if code, _, stderr := runCLI(bad...); code != 2 || !strings.Contains(stderr, "appl") {
 			t.Errorf("%v: exit %d, want 2: %s", bad, code, stderr)

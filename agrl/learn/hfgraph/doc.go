@@ -47,7 +47,13 @@
 //		return loss
 //	})
 //
-// # Limits
+// # Weights in bfloat16
+//
+// LoadAs (and FromLLMAs) store the base weights in bfloat16 instead, half the memory on the
+// backend; the graphs convert them to float32 where they read them, so the model computes what
+// the float32 model of its bfloat16-rounded weights computes — for a checkpoint saved in
+// bfloat16, exactly Load's model (TestBF16Storage, every family, with and without adapters).
+// The adapters stay float32; such weights cannot be trained (TrainBase refuses).
 //
 // # Decoding
 //
@@ -60,7 +66,7 @@
 //
 // # Limits
 //
-// Everything is float32. LoRA dropout applies in the graphs of the Dropout view only (a
+// Everything is computed in float32 (bfloat16 is a storage of the base weights only). LoRA dropout applies in the graphs of the Dropout view only (a
 // training step's), from an RNG state the caller feeds. Decode writes the new positions with a
 // select over the whole cache (the go backend has no DynamicUpdateSlice), so a step streams
 // every cache of its batch once; a caller that donates a cache's buffer lets XLA reuse its

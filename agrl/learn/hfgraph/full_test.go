@@ -75,13 +75,17 @@ func TestBaseWeights(t *testing.T) {
 				t.Error("a refused SetBaseWeights changed the weights")
 			}
 
-			g.TrainBase(true)
+			if err := g.TrainBase(true); err != nil {
+				t.Fatal(err)
+			}
 			for _, v := range g.BaseVariables() {
 				if !v.Trainable {
 					t.Fatalf("%s not trainable after TrainBase(true)", v.Path())
 				}
 			}
-			g.TrainBase(false)
+			if err := g.TrainBase(false); err != nil {
+				t.Fatal(err)
+			}
 			for _, v := range g.BaseVariables() {
 				if v.Trainable {
 					t.Fatalf("%s trainable after TrainBase(false)", v.Path())

@@ -58,7 +58,9 @@ type projWeights struct {
 // graphWeights fetches m's variables into graph g; the Base view leaves the adapters out.
 func (m *Model) graphWeights(g *graph.Graph) *weights {
 	c := m.cfg
-	get := func(name string) *graph.Node { return m.variable(m.basePath(name)).NodeValue(g) }
+	get := func(name string) *graph.Node { // float32, whatever the storage (LoadAs)
+		return graph.ConvertDType(m.variable(m.basePath(name)).NodeValue(g), dtypes.Float32)
+	}
 	opt := func(has bool, name string) *graph.Node {
 		if !has {
 			return nil

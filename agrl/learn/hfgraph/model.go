@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/llm"
 	"github.com/gomlx/compute/dtypes"
+	"github.com/gomlx/compute/dtypes/bfloat16"
 	"github.com/gomlx/compute/shapes"
 	"github.com/gomlx/gomlx/core/graph"
 	"github.com/gomlx/gomlx/core/tensors"
@@ -50,6 +50,8 @@ type state struct {
 	// lora is the adapters' configuration (TargetModules in llm.LoRAModules order), nil
 	// without adapters.
 	lora *llm.LoRAConfig
+	// dtype is the base weights' storage: dtypes.Float32, or dtypes.BFloat16 (LoadAs).
+	dtype dtypes.DType
 }
 
 // Load reads the Hugging Face checkpoint in dir (config.json and model.safetensors, or the
@@ -64,6 +66,17 @@ type state struct {
 // [vocab, hidden], biases and norm weights their shape. With tied embeddings there is no
 // lm_head variable: the head reads embed_tokens.
 func Load(store *model.Store, scope, dir string) (*Model, error) {
+	return LoadAs(store, scope, dir, dtypes.Float32)
+}
+
+// LoadAs is Load with the base weights stored as dtype: dtypes.Float32 (Load), or
+// dtypes.BFloat16, which halves their memory on the backend. Storage only: every graph converts
+// the weights to float32 where it reads them and computes in float32, so a model stored in
+// bfloat16 computes exactly what the float32 model of its bfloat16-rounded weights computes
+// (nearest, ties to even, hf.Float32ToBF16) — for a checkpoint saved in bfloat16, as released
+// models are, exactly what Load's model computes. The adapters stay float32, and bfloat16
+// weights cannot be trained (TrainBase refuses).
+func LoadAs(store *model.Store, scope, dir string, dtype dtypes.DType) (*Model, error) {
 	cfg, err := hf.LoadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, fmt.Errorf("hfgraph: %w", err)
@@ -76,14 +89,17 @@ func Load(store *model.Store, scope, dir string) (*Model, error) {
 	if err := cfg.Check(ck); err != nil {
 		return nil, fmt.Errorf("hfgraph: %s: %w", dir, err)
 	}
-	return fromTensors(store, scope, cfg, dir, ck.Float32s)
+	return fromTensors(store, scope, cfg, dir, dtype, ck.Float32s)
 }
 
 // fromTensors creates the base variables of cfg's model in store under scope, reading each
 // tensor of cfg.Tensors() with get; where names the source in errors.
-func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, get func(name string) ([]float32, error)) (*Model, error) {
+func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, dtype dtypes.DType, get func(name string) ([]float32, error)) (*Model, error) {
 	if store == nil {
 		return nil, errors.New("hfgraph: nil store")
+	}
+	if dtype != dtypes.Float32 && dtype != dtypes.BFloat16 {
+		return nil, fmt.Errorf("hfgraph: weights stored as %s: want Float32 or BFloat16", dtype)
 	}
 	scope = cleanScope(scope)
 	for v := range store.IterVariables() {
@@ -91,7 +107,7 @@ func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, 
 			return nil, fmt.Errorf("hfgraph: the store already holds a model under %s (%s)", scope, v.Path())
 		}
 	}
-	m := &Model{state: &state{cfg: cfg, store: store, scope: scope, invFreq: cfg.InvFreq()}}
+	m := &Model{state: &state{cfg: cfg, store: store, scope: scope, invFreq: cfg.InvFreq(), dtype: dtype}}
 	for _, spec := range cfg.Tensors() {
 		w, err := get(spec.Name)
 		if err != nil {
@@ -109,7 +125,7 @@ func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, 
 			}
 			continue
 		}
-		if err := m.create(m.basePath(spec.Name), w, dims, false); err != nil {
+		if err := m.createBase(m.basePath(spec.Name), w, dims); err != nil {
 			return nil, err
 		}
 	}
@@ -130,11 +146,16 @@ func MustLoad(store *model.Store, scope, dir string) *Model {
 // they are copied too, as SetAdapters copies them, and the Model runs with them.
 // The base weights are llm.Model's, bit for bit (read in place, copied once into the store).
 func FromLLM(store *model.Store, scope string, m *llm.Model) (*Model, error) {
+	return FromLLMAs(store, scope, m, dtypes.Float32)
+}
+
+// FromLLMAs is FromLLM with the base weights stored as dtype (see LoadAs).
+func FromLLMAs(store *model.Store, scope string, m *llm.Model, dtype dtypes.DType) (*Model, error) {
 	if m == nil {
 		return nil, errors.New("hfgraph: FromLLM: nil model")
 	}
 	weights := m.WeightsView() // read only: fromTensors copies (and transposes) into the store
-	g, err := fromTensors(store, scope, m.Config(), "FromLLM", func(name string) ([]float32, error) {
+	g, err := fromTensors(store, scope, m.Config(), "FromLLM", dtype, func(name string) ([]float32, error) {
 		w, ok := weights[name]
 		if !ok {
 			return nil, fmt.Errorf("the model has no tensor %s", name)
@@ -208,11 +229,20 @@ func (m *Model) BaseVariables() []*model.Variable {
 // trainable too). Base's view reads the same variables, so once they are trained it no longer
 // computes the checkpoint: a full fine-tuning's reference policy needs weights of its own (a
 // second model under another scope).
-func (m *Model) TrainBase(on bool) {
+//
+// It refuses base weights stored in bfloat16 (LoadAs): their updates would be rounded away.
+func (m *Model) TrainBase(on bool) error {
+	if on && m.dtype != dtypes.Float32 {
+		return fmt.Errorf("hfgraph: TrainBase: the base weights are stored as %s; full fine-tuning needs Float32 weights", m.dtype)
+	}
 	for _, v := range m.BaseVariables() {
 		v.SetTrainable(on)
 	}
+	return nil
 }
+
+// DType returns the base weights' storage dtype: dtypes.Float32 or dtypes.BFloat16 (LoadAs).
+func (m *Model) DType() dtypes.DType { return m.dtype }
 
 // BaseWeights returns a copy of the base weights by their checkpoint names, each row-major in
 // the checkpoint's layout (projections transposed back to [out, in]): what llm.FromWeights and
@@ -228,7 +258,7 @@ func (m *Model) BaseWeights() (map[string][]float32, error) {
 		if err != nil {
 			return nil, fmt.Errorf("hfgraph: BaseWeights: %s: %w", v.Path(), err)
 		}
-		data := tensors.MustCopyFlatData[float32](val)
+		data := floats(val)
 		if isProjection(spec.Name) { // stored [in, out]
 			data = transpose(data, spec.Shape[1], spec.Shape[0])
 		}
@@ -278,12 +308,12 @@ func (m *Model) SetBaseWeights(w map[string][]float32) error {
 		return fmt.Errorf("hfgraph: SetBaseWeights: %w", errors.Join(errs...))
 	}
 	for _, spec := range specs {
-		data, dims := slices.Clone(w[spec.Name]), spec.Shape
+		data, dims := w[spec.Name], spec.Shape
 		if isProjection(spec.Name) {
 			data, dims = transpose(w[spec.Name], dims[0], dims[1]), []int{dims[1], dims[0]}
 		}
 		v := m.variable(m.basePath(spec.Name))
-		if err := v.SetValue(tensors.FromFlatDataAndDimensions(data, dims...)); err != nil {
+		if err := v.SetValue(m.baseTensor(data, dims)); err != nil {
 			return fmt.Errorf("hfgraph: SetBaseWeights: %s: %w", v.Path(), err)
 		}
 	}
@@ -320,6 +350,58 @@ func (m *Model) create(path string, data []float32, dims []int, trainable bool) 
 	return nil
 }
 
+// createBase makes a frozen base variable of the given values and shape, stored as the
+// model's dtype.
+func (m *Model) createBase(path string, data []float32, dims []int) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("hfgraph: creating %s: %v", path, r)
+		}
+	}()
+	if m.store.GetVariable(path) != nil {
+		return fmt.Errorf("hfgraph: variable %s exists already", path)
+	}
+	v, err := m.store.CreateVariable(path, m.baseTensor(data, dims))
+	if err != nil {
+		return fmt.Errorf("hfgraph: creating %s: %w", path, err)
+	}
+	v.SetTrainable(false)
+	return nil
+}
+
+// baseTensor is a copy of data as a tensor of the base weights' dtype (rounded to bfloat16,
+// nearest, ties to even, where they are stored so), written straight into its storage.
+func (m *Model) baseTensor(data []float32, dims []int) *tensors.Tensor {
+	t := tensors.FromShape(shapes.Make(m.dtype, dims...))
+	if t.Size() != len(data) {
+		panic(fmt.Errorf("hfgraph: %d values for shape %v", len(data), dims))
+	}
+	t.MustMutableFlatData(func(flat any) {
+		switch flat := flat.(type) {
+		case []float32:
+			copy(flat, data)
+		case []bfloat16.BFloat16:
+			for i, x := range data {
+				flat[i] = bfloat16.FromBits(hf.Float32ToBF16(x))
+			}
+		}
+	})
+	return t
+}
+
+// floats returns a copy of t's values as float32 (t is Float32 or BFloat16).
+func floats(t *tensors.Tensor) []float32 {
+	if t.DType() == dtypes.BFloat16 {
+		b := tensors.MustCopyFlatData[bfloat16.BFloat16](t)
+		out := make([]float32, len(b))
+		for i, x := range b {
+			out[i] = hf.BF16ToFloat32(x.Bits())
+		}
+		return out
+	}
+	return tensors.MustCopyFlatData[float32](t)
+}
+
 // createTransposed makes a frozen variable [cols, rows] holding the transpose of the
 // row-major [rows, cols] matrix w, transposing straight into the tensor's storage (no
 // intermediate copy of a weight that may be hundreds of megabytes).
@@ -335,8 +417,19 @@ func (m *Model) createTransposed(path string, w []float32, rows, cols int) (err 
 	if len(w) != rows*cols {
 		return fmt.Errorf("hfgraph: creating %s: %d values for [%d %d]", path, len(w), rows, cols)
 	}
-	t := tensors.FromShape(shapes.Make(dtypes.Float32, cols, rows))
-	t.MustMutableFlatData(func(flat any) { transposeInto(flat.([]float32), w, rows, cols) })
+	t := tensors.FromShape(shapes.Make(m.dtype, cols, rows))
+	t.MustMutableFlatData(func(flat any) {
+		switch flat := flat.(type) {
+		case []float32:
+			transposeInto(flat, w, rows, cols)
+		case []bfloat16.BFloat16:
+			for r := range rows {
+				for c := range cols {
+					flat[c*rows+r] = bfloat16.FromBits(hf.Float32ToBF16(w[r*cols+c]))
+				}
+			}
+		}
+	})
 	v, err := m.store.CreateVariable(path, t)
 	if err != nil {
 		return fmt.Errorf("hfgraph: creating %s: %w", path, err)

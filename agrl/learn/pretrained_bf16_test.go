@@ -1,0 +1,148 @@
+package learn
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
+	"agrl.dev/envs/calc"
+	"github.com/gomlx/compute/dtypes"
+)
+
+// tinyQwen3F32 is a model of tinyQwen3's shape saved in float32, with weights that are not
+// bfloat16 values.
+func tinyQwen3F32(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := llm.Tiny(hf.Qwen3)
+	cfg.VocabSize, cfg.MaxPositionEmbeddings = 320, 2048
+	cfg.BOSTokenID, cfg.EOSTokenIDs = -1, nil
+	cfg.TorchDType = "float32"
+	if err := llm.WriteRandom(dir, cfg, 2, 1); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join(tinyQwen3(t), "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestPretrainedBF16Weights: with Weights("bfloat16") the store holds the base weights in
+// bfloat16; on a bfloat16 checkpoint the policy scores and samples exactly as the float32 one
+// does (with the same adapters); on a float32 checkpoint it computes the rounded model, its
+// sampler (host and graph decoding) agreeing with its scorer, and differs from the float32
+// policy, and its checkpoint rebuilds it (LoadModel). Invalid settings are refused.
+func TestPretrainedBF16Weights(t *testing.T) {
+	load := func(p agrl.PretrainedLM) *PretrainedPolicy {
+		t.Helper()
+		pp, err := LoadPretrained(p, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withRandomAdapters(t, pp)
+		return pp
+	}
+	env := calc.New()
+	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
+
+	f32 := load(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8))
+	b16 := load(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).Weights("bfloat16"))
+	if f32.Graph().DType() != dtypes.Float32 || b16.Graph().DType() != dtypes.BFloat16 {
+		t.Fatalf("stored as %s and %s", f32.Graph().DType(), b16.Graph().DType())
+	}
+	want, _, err := f32.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := b16.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if !slices.Equal(got[i].Tokens, want[i].Tokens) || !slices.Equal(got[i].LogProbs, want[i].LogProbs) {
+			t.Fatalf("bfloat16 checkpoint: episode %d differs between float32 and bfloat16 storage", i)
+		}
+	}
+	sw, err := f32.Score(tokensOf(want), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, err := b16.Score(tokensOf(want), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range sw {
+		if !slices.Equal(sw[i].LogProbs, sg[i].LogProbs) || !slices.Equal(sw[i].Entropy, sg[i].Entropy) {
+			t.Fatalf("bfloat16 checkpoint: the scores of sequence %d differ between float32 and bfloat16 storage", i)
+		}
+	}
+
+	dir := tinyQwen3F32(t)
+	plain := load(agrl.Pretrained(dir).LoRA(4, 8))
+	for _, decoding := range []string{"host", "graph"} {
+		rounded := load(agrl.Pretrained(dir).LoRA(4, 8).Weights("bfloat16").Decoding(decoding))
+		eps, _ := samplerMatchesScorer(t, rounded)
+		a, err := plain.Score(tokensOf(eps), 0.9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := rounded.Score(tokensOf(eps), 0.9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		same := true
+		for i := range a {
+			same = same && slices.Equal(a[i].LogProbs, b[i].LogProbs)
+		}
+		if same {
+			t.Fatalf("%s decoding: a float32 checkpoint scores the same stored in bfloat16 (were its weights rounded?)", decoding)
+		}
+		// A checkpoint rebuilds the same policy, bfloat16 storage included (LoadModel).
+		ck := t.TempDir()
+		if _, err := rounded.Save(ck); err != nil {
+			t.Fatal(err)
+		}
+		m, err := LoadModel(ck, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, ok := m.(*PretrainedPolicy)
+		if !ok || back.Graph().DType() != dtypes.BFloat16 {
+			t.Fatalf("LoadModel gave %T, not a pretrained policy stored in bfloat16", m)
+		}
+		c, err := back.Score(tokensOf(eps), 0.9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range b {
+			if !slices.Equal(b[i].LogProbs, c[i].LogProbs) {
+				t.Fatalf("sequence %d: the policy LoadModel rebuilt scores otherwise than the one saved", i)
+			}
+		}
+	}
+
+	for _, bad := range []struct {
+		p    agrl.PretrainedLM
+		want string
+	}{
+		{agrl.Pretrained(dir).Weights("float16"), `weights "float16"`},
+		{agrl.Pretrained(dir).Full().Weights("bfloat16"), "full fine-tuning"},
+	} {
+		if err := bad.p.Validate(); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%+v: %v, want an error naming %q", bad.p.Spec(), err, bad.want)
+		}
+	}
+}
