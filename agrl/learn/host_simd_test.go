@@ -243,7 +243,7 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 	defer func() { useAVX2, useAsm = saved, true }()
 	useAVX2 = true
 	rng := rand.New(rand.NewPCG(6, 16))
-	shapes := [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}}
+	shapes := [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}}
 	eachGemmCase(rng, shapes, func(name string, product func() []float32) {
 		useAsm = true
 		with := product()
