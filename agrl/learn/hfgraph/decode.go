@@ -70,7 +70,7 @@ func (m *Model) Decode(caches []*graph.Node, ids, starts, counts *graph.Node) (l
 	iota := graph.Iota(g, shapes.Make(dtypes.Int32, b, s), 1) // [B, S]: i
 	isNew := graph.LessThan(iota, graph.InsertAxes(counts, -1))
 	tok := graph.Where(isNew, ids, graph.ScalarZero(g, dtypes.Int32))
-	x := graph.Gather(w.embed, graph.InsertAxes(tok, -1)) // [B, S, H]
+	x := w.embedRows(tok) // [B, S, H]
 
 	// RoPE at absolute positions start+i, from the tables of positions 0 … C−1 (clamped, so
 	// that a padding row past the capacity still reads a table entry).

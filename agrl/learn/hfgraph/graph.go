@@ -34,7 +34,7 @@ var projNames = [numProj]string(llm.LoRAModules())
 
 // weights are a model's variables as nodes of one graph.
 type weights struct {
-	embed, norm, head *graph.Node // [V, H], [H], [V, H] (head is embed when tied)
+	embed, norm, head *graph.Node // [V, H] (as stored: see embedRows), [H], [V, H] (embed's values when tied)
 	layers            []layerWeights
 	scale             float64 // LoRA's alpha/r
 	// rng and drop: LoRA dropout's RNG state, advanced by every mask drawn, and its rate (see
@@ -67,9 +67,12 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 		}
 		return get(name)
 	}
-	w := &weights{embed: get("model.embed_tokens.weight"), norm: get("model.norm.weight")}
-	w.head = w.embed
-	if !c.TieWordEmbeddings {
+	// The embedding table keeps its storage dtype: embedRows converts the rows it gathers, not
+	// the whole table; a tied head converts it for its product.
+	w := &weights{embed: m.variable(m.basePath("model.embed_tokens.weight")).NodeValue(g), norm: get("model.norm.weight")}
+	if c.TieWordEmbeddings {
+		w.head = graph.ConvertDType(w.embed, dtypes.Float32)
+	} else {
 		w.head = get("lm_head.weight")
 	}
 	if m.lora != nil {
@@ -205,7 +208,7 @@ func (m *Model) hidden(w *weights, tokens, lengths *graph.Node) *graph.Node {
 
 	isReal := graph.LessThan(graph.Iota(g, shapes.Make(dtypes.Int32, b, t), 1), graph.InsertAxes(lengths, -1)) // [B, T]
 	ids := graph.Where(isReal, tokens, graph.ScalarZero(g, dtypes.Int32))                                      // padding reads row 0
-	x := graph.Gather(w.embed, graph.InsertAxes(ids, -1))                                                      // [B, T, H]
+	x := w.embedRows(ids)                                                                                      // [B, T, H]
 	cos, sin := m.ropeTables(g, t)                                                                             // [1, T, 1, hd]
 	bias := attentionBias(lengths, b, t, nkv, grp)                                                             // [B·nkv, grp·T, T]
 	scale := 1 / math.Sqrt(float64(hd))
@@ -237,6 +240,11 @@ func (m *Model) hidden(w *weights, tokens, lengths *graph.Node) *graph.Node {
 		x = graph.Add(x, w.project(graph.Mul(silu(gate), up), &lw.proj[downProj])) // SwiGLU
 	}
 	return rmsNorm(x, w.norm, eps)
+}
+
+// embedRows returns the float32 embeddings of ids [..., n] int32: [..., n, H].
+func (w *weights) embedRows(ids *graph.Node) *graph.Node {
+	return graph.ConvertDType(graph.Gather(w.embed, graph.InsertAxes(ids, -1)), dtypes.Float32)
 }
 
 // head turns hidden states [B, T, H] into logits [B, T, V]: x·headᵀ.

@@ -333,26 +333,19 @@ func (m *Model) variable(path string) *model.Variable {
 }
 
 // create makes a variable of the given float32 values and shape.
-func (m *Model) create(path string, data []float32, dims []int, trainable bool) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("hfgraph: creating %s: %v", path, r)
-		}
-	}()
-	if m.store.GetVariable(path) != nil {
-		return fmt.Errorf("hfgraph: variable %s exists already", path)
-	}
-	v, err := m.store.CreateVariable(path, tensors.FromFlatDataAndDimensions(data, dims...))
-	if err != nil {
-		return fmt.Errorf("hfgraph: creating %s: %w", path, err)
-	}
-	v.SetTrainable(trainable)
-	return nil
+func (m *Model) create(path string, data []float32, dims []int, trainable bool) error {
+	return m.createVar(path, trainable, func() *tensors.Tensor { return tensors.FromFlatDataAndDimensions(data, dims...) })
 }
 
 // createBase makes a frozen base variable of the given values and shape, stored as the
 // model's dtype.
-func (m *Model) createBase(path string, data []float32, dims []int) (err error) {
+func (m *Model) createBase(path string, data []float32, dims []int) error {
+	return m.createVar(path, false, func() *tensors.Tensor { return m.baseTensor(data, dims) })
+}
+
+// createVar makes the variable path of the tensor value builds, turning a panic of either into
+// an error naming the variable.
+func (m *Model) createVar(path string, trainable bool, value func() *tensors.Tensor) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("hfgraph: creating %s: %v", path, r)
@@ -361,11 +354,11 @@ func (m *Model) createBase(path string, data []float32, dims []int) (err error) 
 	if m.store.GetVariable(path) != nil {
 		return fmt.Errorf("hfgraph: variable %s exists already", path)
 	}
-	v, err := m.store.CreateVariable(path, m.baseTensor(data, dims))
+	v, err := m.store.CreateVariable(path, value())
 	if err != nil {
 		return fmt.Errorf("hfgraph: creating %s: %w", path, err)
 	}
-	v.SetTrainable(false)
+	v.SetTrainable(trainable)
 	return nil
 }
 
@@ -405,37 +398,26 @@ func floats(t *tensors.Tensor) []float32 {
 // createTransposed makes a frozen variable [cols, rows] holding the transpose of the
 // row-major [rows, cols] matrix w, transposing straight into the tensor's storage (no
 // intermediate copy of a weight that may be hundreds of megabytes).
-func (m *Model) createTransposed(path string, w []float32, rows, cols int) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("hfgraph: creating %s: %v", path, r)
-		}
-	}()
-	if m.store.GetVariable(path) != nil {
-		return fmt.Errorf("hfgraph: variable %s exists already", path)
-	}
+func (m *Model) createTransposed(path string, w []float32, rows, cols int) error {
 	if len(w) != rows*cols {
 		return fmt.Errorf("hfgraph: creating %s: %d values for [%d %d]", path, len(w), rows, cols)
 	}
-	t := tensors.FromShape(shapes.Make(m.dtype, cols, rows))
-	t.MustMutableFlatData(func(flat any) {
-		switch flat := flat.(type) {
-		case []float32:
-			transposeInto(flat, w, rows, cols)
-		case []bfloat16.BFloat16:
-			for r := range rows {
-				for c := range cols {
-					flat[c*rows+r] = bfloat16.FromBits(hf.Float32ToBF16(w[r*cols+c]))
+	return m.createVar(path, false, func() *tensors.Tensor {
+		t := tensors.FromShape(shapes.Make(m.dtype, cols, rows))
+		t.MustMutableFlatData(func(flat any) {
+			switch flat := flat.(type) {
+			case []float32:
+				transposeInto(flat, w, rows, cols)
+			case []bfloat16.BFloat16:
+				for r := range rows {
+					for c := range cols {
+						flat[c*rows+r] = bfloat16.FromBits(hf.Float32ToBF16(w[r*cols+c]))
+					}
 				}
 			}
-		}
+		})
+		return t
 	})
-	v, err := m.store.CreateVariable(path, t)
-	if err != nil {
-		return fmt.Errorf("hfgraph: creating %s: %w", path, err)
-	}
-	v.SetTrainable(false)
-	return nil
 }
 
 // isProjection reports whether the named checkpoint tensor is a projection weight, [out, in].
