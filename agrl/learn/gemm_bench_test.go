@@ -31,3 +31,23 @@ func BenchmarkGemm(b *testing.B) {
 		})
 	}
 }
+
+var expSumSink float32
+
+// BenchmarkExpSum times expSum on rows of the attention's typical lengths (a softmax row of a
+// calc episode is 1–80 long) and of the Tiny vocabulary (64).
+func BenchmarkExpSum(b *testing.B) {
+	for _, n := range []int{7, 22, 43, 64} {
+		src := make([]float32, n)
+		for j := range src {
+			src[j] = float32(j%13) * -0.1
+		}
+		x := make([]float32, n)
+		b.Run(fmt.Sprintf("n%d", n), func(b *testing.B) {
+			for range b.N {
+				copy(x, src)
+				expSumSink += expSum(x, 0.5)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ package learn
 
 func ropeRotate8x2(v, cs, sn []float32, half int, inverse bool) {
 	full := tail16(half)
+	ropeScalar(v, cs, sn, full, half, inverse)
 	for i := 0; i < full; i += 16 {
 		x1, x2, c, s := ld8x2(v[i:i+16]), ld8x2(v[i+half:i+half+16]), ld8x2(cs[i:i+16]), ld8x2(sn[i:i+16])
 		if inverse {
@@ -16,60 +17,65 @@ func ropeRotate8x2(v, cs, sn []float32, half int, inverse bool) {
 			st8x2(x2.Mul(c).Add(x1.Mul(s)), v[i+half:i+half+16])
 		}
 	}
-	ropeScalar(v, cs, sn, full, half, inverse)
+	clearUpper8x2()
 }
 
 func lnApply8x2(x, xh, out, g, b []float32, mean, rstd float32) {
 	n := len(x)
-	mv, rv := bc8x2(mean), bc8x2(rstd)
 	full := tail16(n)
+	lnApplyScalar(x[full:], xh[full:n], out[full:n], g[full:n], b[full:n], mean, rstd)
+	mv, rv := bc8x2(mean), bc8x2(rstd)
 	for j := 0; j < full; j += 16 {
 		h := ld8x2(x[j : j+16]).Sub(mv).Mul(rv)
 		st8x2(h, xh[j:j+16])
 		st8x2(h.Mul(ld8x2(g[j:j+16])).Add(ld8x2(b[j:j+16])), out[j:j+16])
 	}
-	lnApplyScalar(x[full:], xh[full:n], out[full:n], g[full:n], b[full:n], mean, rstd)
+	clearUpper8x2()
 }
 
 func lnBackApply8x2(out, dxh, xh []float32, m1, m2, rstd float32) {
 	n := len(out)
-	a, b, r := bc8x2(m1), bc8x2(m2), bc8x2(rstd)
 	full := tail16(n)
+	lnBackApplyScalar(out[full:], dxh[full:n], xh[full:n], m1, m2, rstd)
+	a, b, r := bc8x2(m1), bc8x2(m2), bc8x2(rstd)
 	for j := 0; j < full; j += 16 {
 		t := ld8x2(dxh[j : j+16]).Sub(a).Sub(ld8x2(xh[j : j+16]).Mul(b))
 		st8x2(ld8x2(out[j:j+16]).Add(r.Mul(t)), out[j:j+16])
 	}
-	lnBackApplyScalar(out[full:], dxh[full:n], xh[full:n], m1, m2, rstd)
+	clearUpper8x2()
 }
 
 func mulInto8x2(dst, a, b []float32) {
 	n := len(dst)
 	full := tail16(n)
+	mulScalar(dst[full:], a[full:n], b[full:n])
 	for j := 0; j < full; j += 16 {
 		st8x2(ld8x2(a[j:j+16]).Mul(ld8x2(b[j:j+16])), dst[j:j+16])
 	}
-	mulScalar(dst[full:], a[full:n], b[full:n])
+	clearUpper8x2()
 }
 
 func gainAcc8x2(g, b, dy, xh []float32) {
 	n := len(g)
 	full := tail16(n)
+	gainAccScalar(g[full:], b[full:n], dy[full:n], xh[full:n])
 	for j := 0; j < full; j += 16 {
 		d := ld8x2(dy[j : j+16])
 		st8x2(ld8x2(g[j:j+16]).Add(d.Mul(ld8x2(xh[j:j+16]))), g[j:j+16])
 		st8x2(ld8x2(b[j:j+16]).Add(d), b[j:j+16])
 	}
-	gainAccScalar(g[full:], b[full:n], dy[full:n], xh[full:n])
+	clearUpper8x2()
 }
 
 func scaleBy8x2(x []float32, s float32) {
 	n := len(x)
-	sv := bc8x2(s)
 	full := tail16(n)
+	scaleScalar(x[full:], s)
+	sv := bc8x2(s)
 	for j := 0; j < full; j += 16 {
 		st8x2(ld8x2(x[j:j+16]).Mul(sv), x[j:j+16])
 	}
-	scaleScalar(x[full:], s)
+	clearUpper8x2()
 }
 
 func maxOf8x2(x []float32) float32 {
@@ -83,13 +89,15 @@ func maxOf8x2(x []float32) float32 {
 	}
 	var lanes [16]float32
 	acc.Store(&lanes)
+	nanBits := nan.ToBits()
+	clearUpper8x2()
 	mx := maxScalar(lanes[:])
 	for _, v := range x[full:] {
 		mx = max(mx, v)
 	}
 	// The vector maximum keeps one operand where the plain max propagates a NaN or prefers +0
 	// to −0: those rare cases take the plain loop.
-	if mx == 0 || nan.ToBits() != 0 {
+	if mx == 0 || nanBits != 0 {
 		return maxScalar(x)
 	}
 	return mx
@@ -97,42 +105,47 @@ func maxOf8x2(x []float32) float32 {
 
 func logits8x2(z, ban []float32, invT float32) float32 {
 	n := len(z)
-	tv := bc8x2(invT)
 	full := tail16(n)
+	mt := logitsScalar(z[full:], ban[full:n], invT)
+	tv := bc8x2(invT)
 	for j := 0; j < full; j += 16 {
 		st8x2(ld8x2(z[j:j+16]).Mul(tv).Add(ld8x2(ban[j:j+16])), z[j:j+16])
 	}
-	return max(maxOf8x2(z[:full]), logitsScalar(z[full:], ban[full:n], invT))
+	clearUpper8x2()
+	return max(maxOf8x2(z[:full]), mt)
 }
 
 func normalize8x2(z, p []float32, lse, inv float32) {
 	n := len(z)
-	lv, iv := bc8x2(lse), bc8x2(inv)
 	full := tail16(n)
+	normalizeScalar(z[full:], p[full:n], lse, inv)
+	lv, iv := bc8x2(lse), bc8x2(inv)
 	for j := 0; j < full; j += 16 {
 		st8x2(ld8x2(z[j:j+16]).Sub(lv), z[j:j+16])
 		st8x2(ld8x2(p[j:j+16]).Mul(iv), p[j:j+16])
 	}
-	normalizeScalar(z[full:], p[full:n], lse, inv)
+	clearUpper8x2()
 }
 
 func outputGrad8x2(dz, lp, pr []float32, a, e, ent, invT float32) {
 	n := len(lp)
-	na, ev, hv, tv := bc8x2(-a), bc8x2(e), bc8x2(ent), bc8x2(invT)
 	full := tail16(n)
+	outputGradScalar(dz[full:n], lp[full:], pr[full:n], a, e, ent, invT)
+	na, ev, hv, tv := bc8x2(-a), bc8x2(e), bc8x2(ent), bc8x2(invT)
 	for j := 0; j < full; j += 16 {
 		p := ld8x2(pr[j : j+16])
 		t := na.Mul(p).Sub(ev.Mul(p).Mul(ld8x2(lp[j : j+16]).Add(hv)))
 		st8x2(tv.Mul(t), dz[j:j+16])
 	}
-	outputGradScalar(dz[full:n], lp[full:], pr[full:n], a, e, ent, invT)
+	clearUpper8x2()
 }
 
 func adamWUpdate8x2(w, m, v, g []float32, scale, b1, b2, stepSize, epsHat, wd float32) {
 	n := len(w)
+	full := tail16(n)
+	adamWScalar(w[full:], m[full:n], v[full:n], g[full:n], scale, b1, b2, stepSize, epsHat, wd)
 	sc, b1v, b2v, c1, c2 := bc8x2(scale), bc8x2(b1), bc8x2(b2), bc8x2(1-b1), bc8x2(1-b2)
 	sv, ev, wv := bc8x2(stepSize), bc8x2(epsHat), bc8x2(wd)
-	full := tail16(n)
 	for j := 0; j < full; j += 16 {
 		gj := ld8x2(g[j : j+16]).Mul(sc)
 		mj := b1v.Mul(ld8x2(m[j : j+16])).Add(c1.Mul(gj))
@@ -143,5 +156,5 @@ func adamWUpdate8x2(w, m, v, g []float32, scale, b1, b2, stepSize, epsHat, wd fl
 		st8x2(vj, v[j:j+16])
 		st8x2(wj, w[j:j+16])
 	}
-	adamWScalar(w[full:], m[full:n], v[full:n], g[full:n], scale, b1, b2, stepSize, epsHat, wd)
+	clearUpper8x2()
 }

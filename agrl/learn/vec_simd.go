@@ -38,6 +38,25 @@ func ld16(x []float32) f16    { return archsimd.LoadFloat32x16Slice(x) }
 func bc16(x float32) f16      { return archsimd.BroadcastFloat32x16(x) }
 func st16(v f16, x []float32) { v.StoreSlice(x) }
 
+// clearUpper8x2 ends the AVX2 loops' vector part with VZEROUPPER before their plain part. The
+// Go compiler issues none, and on the Zen 3 kind (AMD EPYC, family 25 model 1) the first
+// scalar floating-point (SSE) instruction run while the upper halves of the vector registers
+// are dirty cost about 130–210 ns, once per transition: a plain loop of 8 multiply-adds took
+// 140 ns after a 256-bit add and 10 ns after the add and VZEROUPPER (a micro-benchmark,
+// docs/performance.md). The loops run per row, so a step paid it thousands of times.
+//
+// It is a call the compiler cannot inline, so that no computation moves across it: the
+// intrinsic alone let the compiler sink pure vector operations after the VZEROUPPER (reloading
+// a spilled vector into a register and dirtying the upper halves again). Callers leave no
+// vector value live across it.
+//
+//go:noinline
+func clearUpper8x2() { archsimd.ClearAVXUpperBits() }
+
+// clearUpper16 is clearUpper8x2 for the AVX-512 loops: nothing yet, since no AVX-512 machine
+// was at hand to measure (and test) it on when clearUpper8x2 was added.
+func clearUpper16() {}
+
 // f8x2 is the AVX2 loops' vector: lanes 0–7 and 8–15 of an f16, with the methods the loops
 // use, lane by lane the same operations.
 type f8x2 struct{ lo, hi archsimd.Float32x8 }

@@ -1,0 +1,57 @@
+//go:build amd64 && goexperiment.simd
+
+package learn
+
+import (
+	"simd/archsimd"
+	"testing"
+)
+
+var upperSink float32
+var upperVec [8]float32
+
+//go:noinline
+func upperDirty() {
+	v := archsimd.LoadFloat32x8(&upperVec)
+	v.Add(v).Store(&upperVec)
+}
+
+//go:noinline
+func upperClean() {
+	upperDirty()
+	clearUpper8x2()
+}
+
+//go:noinline
+func upperScalar(x []float32) float32 {
+	var s float32
+	for _, v := range x {
+		s += v * 1.5
+	}
+	return s
+}
+
+// BenchmarkUpperHalves times a plain (SSE) loop of 8 multiply-adds after a 256-bit vector add,
+// with the vector registers' upper halves left dirty and cleared (clearUpper8x2): the cost of
+// the transition that clearUpper8x2 avoids.
+func BenchmarkUpperHalves(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("needs AVX2")
+	}
+	x := make([]float32, 8)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	b.Run("dirty", func(b *testing.B) {
+		for range b.N {
+			upperDirty()
+			upperSink += upperScalar(x)
+		}
+	})
+	b.Run("cleared", func(b *testing.B) {
+		for range b.N {
+			upperClean()
+			upperSink += upperScalar(x)
+		}
+	})
+}
