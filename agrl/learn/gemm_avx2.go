@@ -148,7 +148,7 @@ func kernel1x8AVX2(kk int, a []float32, ak int, b []float32, ldb int, c []float3
 	// Fewer than 8 columns: one mask for every row of B (SlicePart built it at every step).
 	_ = b[(kk-1)*ldb+w-1]
 	_ = a[(kk-1)*ak]
-	mask := archsimd.LoadInt32x8Slice(firstLanes[8-w:16-w]).ToMask()
+	mask := archsimd.LoadInt32x8Slice(firstLanes[8-w : 16-w]).ToMask()
 	pb := unsafe.Pointer(unsafe.SliceData(b))
 	for k := range kk {
 		row := (*[8]float32)(unsafe.Add(pb, 4*k*ldb))
@@ -160,7 +160,7 @@ func kernel1x8AVX2(kk int, a []float32, ak int, b []float32, ldb int, c []float3
 // firstLanes[8−w : 16−w] is a mask of the first w of 8 lanes (−1: on).
 var firstLanes = [16]int32{-1, -1, -1, -1, -1, -1, -1, -1}
 
-// expSumAVX2 is expSum on AVX2, lane for lane the AVX-512 computation: the 16-element blocks
+// expSumAVX2 is expSum on AVX2, lane for lane the AVX-512 computation: the 16-element blocks'
 // exponentials summed in two 8-lane accumulators (lanes 0–7 and 8–15 of the AVX-512 one),
 // their lanes added in order, then the elements past the last block one by one. exp8's body is
 // written out in the loop: as a call (too large for the inliner) it cost every 8 lanes a call
