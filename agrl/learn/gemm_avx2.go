@@ -194,17 +194,15 @@ func expSumAVX2(x []float32, shift float32) float32 {
 		p = p.MulAdd(r.Mul(r), r.Add(archsimd.BroadcastFloat32x8(1)))
 		pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x8(127)).ShiftAllLeft(23).AsFloat32x8()
 		e := p.Mul(pow).Masked(live)
-		switch {
-		case tail:
+		if tail {
 			e.StoreSlicePart(x[j:])
-		case j < n16 && j&8 == 0:
+			break
+		}
+		e.StoreSlice(x[j : j+8])
+		if j < n16 && j&8 == 0 {
 			acc0 = acc0.Add(e)
-			e.StoreSlice(x[j : j+8])
-		case j < n16:
+		} else if j < n16 {
 			acc1 = acc1.Add(e)
-			e.StoreSlice(x[j : j+8])
-		default:
-			e.StoreSlice(x[j : j+8])
 		}
 	}
 	// The lanes in order, then the elements past the last 16-block, read back from memory
