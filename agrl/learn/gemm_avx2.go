@@ -76,8 +76,9 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []f
 	clearUpper8x2() // once per product, for the scalar code after it (kernel6x16FMA clears its own)
 }
 
-// useAsm selects kernel6x16FMA for gemmAVX2's 6-row blocks; tests turn it off to compare it
-// with the kernels below.
+// useAsm selects the assembly kernels: kernel6x16FMA for gemmAVX2's 6-row blocks and
+// kernel8x32AVX512 for gemmK's 8-row blocks; tests turn it off to compare them with the
+// simd/archsimd kernels.
 var useAsm = true
 
 // kernel6x16FMA adds (load) or stores A(i..i+6, 0..kk)·B(0..kk, j..j+16) into C(i..i+6,

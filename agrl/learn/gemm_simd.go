@@ -23,10 +23,13 @@ var hostKernels = hasAVX512 || hasAVX2
 // gemmRowBlock is the row block of the kernels gemmK runs here: the pieces gemmRows splits C
 // into are multiples of it.
 func gemmRowBlock() int {
-	if useAVX2 && useAsm {
+	switch {
+	case !useAsm:
+		return 4
+	case useAVX2:
 		return 6
 	}
-	return 4
+	return 8
 }
 
 // gemmK adds op(A)·B into C, or stores it with load false (see gemm.go).
@@ -53,7 +56,26 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 		gemmAVX2(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 		return
 	}
+	// Blocks of 8 rows × 32 columns (kernel8x32AVX512, 16 accumulators), the 8-row blocks'
+	// columns past the last multiple of 32 as 4×16 blocks, then the rows left in 4-row blocks
+	// and single rows.
 	i := 0
+	if useAsm {
+		m8, n32 := m&^7, n&^31
+		for i := 0; i < m8; i += 8 {
+			for j := 0; j < n32; j += 32 {
+				kernel8x32AVX512(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, load)
+			}
+		}
+		if n32 < n {
+			for i := 0; i < m8; i += 4 {
+				for j := n32; j < n; j += 16 {
+					kernel4x16(kk, a[i*ai:], ai, ak, b[j:], ldb, c[i*ldc+j:], ldc, min(16, n-j), load)
+				}
+			}
+		}
+		i = m8
+	}
 	for ; i+4 <= m; i += 4 {
 		j := 0
 		for ; j+32 <= n; j += 32 {
@@ -69,6 +91,20 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 		}
 	}
 }
+
+// kernel8x32AVX512 adds (load) or stores A(i..i+8, 0..kk)·B(0..kk, j..j+32) into C(i..i+8,
+// j..j+32), with a, b and c pointing at A(i, 0), B[0, j] and C[i, j] and the steps of gemmK
+// (ai, ak, ldb, ldc, in elements); the caller guarantees the 8 rows, 32 columns and kk steps
+// are in bounds. Every element is one chain of fused multiply-adds over k in increasing order,
+// as in kernel4x32, so the bits are the same.
+//
+// It is written in assembly (gemm_avx512_amd64.s) for the reason kernel6x16FMA is
+// (gemm_avx2.go): the compiler's code for kernel4x32 overwrites a multiplicand at every
+// multiply-add (VFMADD213PS) and spends 13 register copies and stack traffic per 8 of them.
+// The assembly keeps 16 accumulators in place (VFMADD231PS) and broadcasts from memory.
+//
+//go:noescape
+func kernel8x32AVX512(kk int, a *float32, ai, ak int, b *float32, ldb int, c *float32, ldc int, load bool)
 
 // loadC is C's row block at p, or zeros when the product is stored rather than added.
 func loadC(p *float32, load bool) archsimd.Float32x16 {

@@ -240,10 +240,30 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 		t.Skip("needs a CPU with AVX2 and FMA")
 	}
 	saved := useAVX2
-	defer func() { useAVX2, useAsm = saved, true }()
+	defer func() { useAVX2 = saved }()
 	useAVX2 = true
-	rng := rand.New(rand.NewPCG(6, 16))
-	shapes := [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}}
+	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 16)), [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}})
+}
+
+// TestAsmKernelMatchesAVX512 does the same for the AVX-512 products with kernel8x32AVX512:
+// the tails around the 8×32, 4×32 and 4×16 blocks (rows past a multiple of 8, columns past a
+// multiple of 32, both at once).
+func TestAsmKernelMatchesAVX512(t *testing.T) {
+	if !hasAVX512 {
+		t.Skip("needs a CPU with AVX-512")
+	}
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	useAVX2 = false
+	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 17)), [][3]int{{8, 32, 1}, {8, 32, 5}, {9, 33, 9}, {16, 64, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {24, 96, 300}, {25, 23, 17}, {1, 32, 3}, {12, 48, 3}, {17, 65, 260}, {40, 64, 9}, {8, 16, 4}})
+}
+
+// asmMatchesKernels runs the products of shapes (eachGemmCase) and two whole training steps
+// with the assembly kernel of the current path (useAsm) and without it, and requires the same
+// bits.
+func asmMatchesKernels(t *testing.T, rng *rand.Rand, shapes [][3]int) {
+	t.Helper()
+	defer func() { useAsm = true }()
 	eachGemmCase(rng, shapes, func(name string, product func() []float32) {
 		useAsm = true
 		with := product()
