@@ -90,6 +90,7 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 			kernel1x16(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(16, n-j), load)
 		}
 	}
+	clearUpper16() // once per product, for the scalar code after it (kernel8x32AVX512 clears its own)
 }
 
 // kernel8x32AVX512 adds (load) or stores A(i..i+8, 0..kk)·B(0..kk, j..j+32) into C(i..i+8,
@@ -227,17 +228,18 @@ func expSum(x []float32, shift float32) float32 {
 	}
 	var lanes [16]float32
 	acc.Store(&lanes)
+	rest := x[j:]
+	if len(rest) > 0 {
+		e := exp16(archsimd.LoadFloat32x16SlicePart(rest).Sub(archsimd.BroadcastFloat32x16(shift)))
+		e.StoreSlicePart(rest)
+	}
+	clearUpper16() // the sums below are scalar: the lanes in order, then the rest
 	var sum float32
 	for _, v := range lanes {
 		sum += v
 	}
-	if j < len(x) {
-		rest := x[j:]
-		e := exp16(archsimd.LoadFloat32x16SlicePart(rest).Sub(archsimd.BroadcastFloat32x16(shift)))
-		e.StoreSlicePart(rest)
-		for _, v := range rest {
-			sum += v
-		}
+	for _, v := range rest {
+		sum += v
 	}
 	return sum
 }
@@ -275,6 +277,7 @@ func reluRows(x []float32) {
 	for ; j+16 <= len(x); j += 16 {
 		archsimd.LoadFloat32x16Slice(x[j : j+16]).Max(zero).StoreSlice(x[j : j+16])
 	}
+	clearUpper16()
 	reluScalar(x[j:])
 }
 
@@ -293,5 +296,6 @@ func reluGrad(dx, u []float32) {
 		live := archsimd.LoadFloat32x16Slice(u[j : j+16]).Greater(zero)
 		archsimd.LoadFloat32x16Slice(dx[j : j+16]).Masked(live).StoreSlice(dx[j : j+16])
 	}
+	clearUpper16()
 	reluGradScalar(dx[j:], u[j:])
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -382,6 +383,29 @@ func bitsEqual(t *testing.T, what string, got, want []float32) {
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("%s: element %d is %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestTransposeTiles: the tiled transpose puts every element of [r, c] matrices whose sides are
+// and are not multiples of the tile at [j, i], and transposing back gives the matrix.
+func TestTransposeTiles(t *testing.T) {
+	for _, sh := range [][2]int{{1, 1}, {1, 40}, {40, 1}, {3, 17}, {16, 16}, {17, 33}, {128, 384}, {50, 64}} {
+		r, c := sh[0], sh[1]
+		x := make([]float32, r*c)
+		for k := range x {
+			x[k] = float32(k) + 0.5
+		}
+		xt := transpose(x, r, c)
+		for i := range r {
+			for j := range c {
+				if xt[j*r+i] != x[i*c+j] {
+					t.Fatalf("%d×%d: t[%d,%d] = %v, want %v", r, c, j, i, xt[j*r+i], x[i*c+j])
+				}
+			}
+		}
+		if back := transpose(xt, c, r); !slices.Equal(back, x) {
+			t.Fatalf("%d×%d: transposing back changed the matrix", r, c)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 var upperSink float32
 var upperVec [8]float32
+var upperVec16 [16]float32
 
 //go:noinline
 func upperDirty() {
@@ -23,6 +24,18 @@ func upperClean() {
 }
 
 //go:noinline
+func upperDirty16() {
+	v := archsimd.LoadFloat32x16(&upperVec16)
+	v.Add(v).Store(&upperVec16)
+}
+
+//go:noinline
+func upperClean16() {
+	upperDirty16()
+	clearUpper16()
+}
+
+//go:noinline
 func upperScalar(x []float32) float32 {
 	var s float32
 	for _, v := range x {
@@ -33,7 +46,8 @@ func upperScalar(x []float32) float32 {
 
 // BenchmarkUpperHalves times a plain (SSE) loop of 8 multiply-adds after a 256-bit vector add,
 // with the vector registers' upper halves left dirty and cleared (clearUpper8x2): the cost of
-// the transition that clearUpper8x2 avoids.
+// the transition that clearUpper8x2 avoids; and, on AVX-512 machines, the same after a 512-bit
+// add (clearUpper16).
 func BenchmarkUpperHalves(b *testing.B) {
 	if !hasAVX2 {
 		b.Skip("needs AVX2")
@@ -51,6 +65,21 @@ func BenchmarkUpperHalves(b *testing.B) {
 	b.Run("cleared", func(b *testing.B) {
 		for range b.N {
 			upperClean()
+			upperSink += upperScalar(x)
+		}
+	})
+	if !hasAVX512 {
+		return
+	}
+	b.Run("dirty512", func(b *testing.B) {
+		for range b.N {
+			upperDirty16()
+			upperSink += upperScalar(x)
+		}
+	})
+	b.Run("cleared512", func(b *testing.B) {
+		for range b.N {
+			upperClean16()
 			upperSink += upperScalar(x)
 		}
 	})

@@ -53,9 +53,13 @@ func st16(v f16, x []float32) { v.StoreSlice(x) }
 //go:noinline
 func clearUpper8x2() { archsimd.ClearAVXUpperBits() }
 
-// clearUpper16 is clearUpper8x2 for the AVX-512 loops: nothing yet, since no AVX-512 machine
-// was at hand to measure (and test) it on when clearUpper8x2 was added.
-func clearUpper16() {}
+// clearUpper16 is clearUpper8x2 for the AVX-512 loops (VZEROUPPER also clears bits 256–511
+// of the registers the loops use). Intel documents a cost for SSE instructions run after
+// 256/512-bit ones while the upper bits are dirty (a false dependency on them); on the Zen 5
+// kind the transition costs about 5 ns (BenchmarkUpperHalves; docs/performance.md).
+//
+//go:noinline
+func clearUpper16() { archsimd.ClearAVXUpperBits() }
 
 // f8x2 is the AVX2 loops' vector: lanes 0–7 and 8–15 of an f16, with the methods the loops
 // use, lane by lane the same operations.
