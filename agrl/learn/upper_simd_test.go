@@ -56,31 +56,25 @@ func BenchmarkUpperHalves(b *testing.B) {
 	for i := range x {
 		x[i] = float32(i)
 	}
-	b.Run("dirty", func(b *testing.B) {
-		for range b.N {
-			upperDirty()
-			upperSink += upperScalar(x)
-		}
-	})
-	b.Run("cleared", func(b *testing.B) {
-		for range b.N {
-			upperClean()
-			upperSink += upperScalar(x)
-		}
-	})
-	if !hasAVX512 {
-		return
+	cases := []struct {
+		name   string
+		before func()
+		ok     bool
+	}{
+		{"dirty", upperDirty, true},
+		{"cleared", upperClean, true},
+		{"dirty512", upperDirty16, hasAVX512},
+		{"cleared512", upperClean16, hasAVX512},
 	}
-	b.Run("dirty512", func(b *testing.B) {
-		for range b.N {
-			upperDirty16()
-			upperSink += upperScalar(x)
+	for _, c := range cases {
+		if !c.ok {
+			continue
 		}
-	})
-	b.Run("cleared512", func(b *testing.B) {
-		for range b.N {
-			upperClean16()
-			upperSink += upperScalar(x)
-		}
-	})
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				c.before()
+				upperSink += upperScalar(x)
+			}
+		})
+	}
 }
