@@ -15,63 +15,38 @@ import (
 // on AVX-512 or AVX2 CPUs): y = x·wᵀ becomes gemm over a transposed copy of w, [in, out], so
 // that the kernels' 16-wide vectors run along the outputs — for a whole prompt (rows = its
 // tokens) and for one decoding step alike. The copies are made on first use and dropped when
-// the model's weights are collected. Measured in docs/llm.md ("Speed").
+// the model's weights are collected. A projection the model holds transposed already
+// (llm.Model.Share: a GoMLX store's [in, out] variable) is multiplied as it is, by the same
+// product, so sharing changes no bit. Measured in docs/llm.md ("Speed").
 func init() {
 	if hostKernels {
 		llm.SetLinear(hostLinear)
+		llm.SetLinearT(func(x []float32, rows, in int, wt []float32, out int) []float32 {
+			return productT(x, rows, in, wt, out)
+		})
 		llm.SetProduct(hostProduct)
 		llm.SetAttention(hostAttend)
 	}
 }
 
 // transposed maps a weight (its first element, weakly) to its transposed copy.
-var transposed sync.Map // weak.Pointer[float32] → []float32 or sharedCopy
-
-func cachedCopy(v any) []float32 {
-	if s, ok := v.(sharedCopy); ok {
-		return s.wt
-	}
-	return v.([]float32)
-}
+var transposed sync.Map // weak.Pointer[float32] → []float32
 
 func transposedOf(w []float32, out, in int) []float32 {
 	first := unsafe.SliceData(w)
 	key := weak.Make(first)
 	if v, ok := transposed.Load(key); ok {
-		if wt := cachedCopy(v); len(wt) == len(w) {
+		if wt := v.([]float32); len(wt) == len(w) {
 			return wt
 		}
 		return transpose(w, out, in) // another slice starting at the same element: no caching
 	}
 	wt := transpose(w, out, in)
 	if v, loaded := transposed.LoadOrStore(key, wt); loaded {
-		return cachedCopy(v)
+		return v.([]float32)
 	}
 	runtime.AddCleanup(first, func(k weak.Pointer[float32]) { transposed.Delete(k) }, key)
 	return wt
-}
-
-// sharedCopy is a transposed copy that another owner holds: the tensor (a GoMLX store's frozen
-// projection, in a shared buffer) is kept reachable for as long as the cache entry lives, so
-// its memory is never finalized or reused under the sampler.
-type sharedCopy struct {
-	wt    []float32
-	owner any
-}
-
-// shareTransposed makes wt, the [in, out] transpose of w [out, in] that owner holds, the host
-// kernel's transposed copy of w: the sampler then reads the same memory as the graphs instead
-// of making a copy of its own. It does nothing where the host kernels do not run, when the
-// sizes differ, or when w has a copy already.
-func shareTransposed(w, wt []float32, owner any) {
-	if !hostKernels || len(w) == 0 || len(w) != len(wt) {
-		return
-	}
-	first := unsafe.SliceData(w)
-	key := weak.Make(first)
-	if _, loaded := transposed.LoadOrStore(key, sharedCopy{wt, owner}); !loaded {
-		runtime.AddCleanup(first, func(k weak.Pointer[float32]) { transposed.Delete(k) }, key)
-	}
 }
 
 // hostLinear is llm.SetLinear's kernel: x [rows, in] times wᵀ (w [out, in]).

@@ -140,6 +140,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 		}
 	}
 	cfg := m.cfg
+	root := m.base() // embeddings, final norm and head read where Share may have put them
 	H, D := cfg.HiddenSize, cfg.HeadDim
 	nq, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	eps := cfg.RMSNormEps
@@ -159,7 +160,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 				a := float64(c.n+t) * f
 				cos[r*D/2+j], sin[r*D/2+j] = float32(math.Cos(a)), float32(math.Sin(a))
 			}
-			copy(x[r*H:(r+1)*H], m.embed[int(id)*H:])
+			copy(x[r*H:(r+1)*H], root.embed[int(id)*H:])
 		}
 	}
 	h := make([]float32, T*H)
@@ -218,9 +219,9 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 		copy(heads, off)
 	}
 	n := len(last) / H
-	rmsNorm(last, last, m.norm, H, eps)
+	rmsNorm(last, last, root.norm, H, eps)
 	V := cfg.VocabSize
-	flat := linear(last, n, H, m.head, V, nil)
+	flat := linear(last, n, H, root.head, V, nil)
 	out := make([][][]float32, len(caches))
 	for i := range caches {
 		for r := heads[i]; r < heads[i+1]; r++ {
@@ -333,6 +334,64 @@ func linear(x []float32, rows, in int, w []float32, out int, b []float32) []floa
 	return y
 }
 
+// linearTKernel, when set by SetLinearT, computes linearT's products.
+var linearTKernel func(x []float32, rows, in int, wt []float32, out int) []float32
+
+// SetLinearT installs the kernel for the products by projections a model holds transposed
+// (Model.Share): f(x, rows, in, wt, out) returns x·wt, [rows, out], for x [rows, in] and wt
+// [in, out] (never modified). It must give, bit for bit, what SetLinear's kernel gives for the
+// [out, in] weight wt transposes, so that sharing a weight never changes a logit; and, like
+// it, compute each row of its result from its own row of x alone. nil restores the portable
+// loop, which sums in the order of SetLinear's. Set it before any forward pass runs.
+func SetLinearT(f func(x []float32, rows, in int, wt []float32, out int) []float32) {
+	linearTKernel = f
+}
+
+// linearT is linear for a weight held as its transpose wt [in, out].
+func linearT(x []float32, rows, in int, wt []float32, out int, b []float32) []float32 {
+	if linearKernel == nil || linearTKernel == nil {
+		return linearLoopT(x, rows, in, wt, out, b)
+	}
+	y := linearTKernel(x, rows, in, wt, out)
+	if b != nil {
+		for r := range rows {
+			addTo(y[r*out:(r+1)*out], b)
+		}
+	}
+	return y
+}
+
+// linearLoopT is linearLoop over the transpose wt [in, out] of its weight: each output is
+// summed in dot's order (four partial sums over the inputs i ≡ 0, 1, 2, 3 mod 4, the tail into
+// the first, then (s0+s1)+(s2+s3)), so that its results are linearLoop's, bit for bit, while
+// it reads wt row after row.
+func linearLoopT(x []float32, rows, in int, wt []float32, out int, b []float32) []float32 {
+	y := make([]float32, rows*out)
+	s := make([]float32, 4*out)
+	blocks := in &^ 3
+	for r := range rows {
+		clear(s)
+		for i, xi := range x[r*in : (r+1)*in] {
+			k := 0
+			if i < blocks {
+				k = i & 3
+			}
+			acc, row := s[k*out:(k+1)*out], wt[i*out:(i+1)*out]
+			for o := range acc {
+				acc[o] += xi * row[o]
+			}
+		}
+		yr := y[r*out : (r+1)*out]
+		for o := range yr {
+			yr[o] = (s[o] + s[out+o]) + (s[2*out+o] + s[3*out+o])
+		}
+		if b != nil {
+			addTo(yr, b)
+		}
+	}
+	return y
+}
+
 // linearLoop is linear with the portable loop.
 func linearLoop(x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
 	y := make([]float32, rows*out)
@@ -351,8 +410,16 @@ func linearLoop(x []float32, rows, in int, w []float32, out int, b []float32) []
 // proj is linear for the projection mod of layer l, plus the LoRA term scale·B(A x) when m
 // runs with adapters on that projection (added after the bias, as PEFT adds it). Without
 // adapters it is linear itself, so a model with none computes exactly what it did before.
+//
+// A nil w is a projection the model holds transposed (Share): its [in, out] values are
+// multiplied as they are.
 func (m *Model) proj(l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
-	y := linear(x, rows, in, w, out, b)
+	var y []float32
+	if w == nil {
+		y = linearT(x, rows, in, m.layers[l].t[mod], out, b)
+	} else {
+		y = linear(x, rows, in, w, out, b)
+	}
 	if m.lora != nil {
 		m.lora.add(l, mod, y, x, rows)
 	}

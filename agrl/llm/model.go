@@ -28,6 +28,11 @@ type Model struct {
 	// was called on (nil for one from Load): a view shares root's weights.
 	lora *Adapters
 	root *Model
+
+	// owners are kept reachable for the memory of the tensors Share gave the model, and
+	// shared names those tensors.
+	owners []any
+	shared map[string]bool
 }
 
 // layer is one decoder block. Linear weights are [out, in], row-major, as checkpoints store
@@ -42,6 +47,10 @@ type layer struct {
 
 	gate, up, down    []float32 // [inter, hidden], [inter, hidden], [hidden, inter]
 	bGate, bUp, bDown []float32
+
+	// t holds, by module (qProj…downProj), a projection the model keeps only as its transpose
+	// [in, out] (Share), whose [out, in] field above is then nil.
+	t [numModules][]float32
 }
 
 // Config returns the model's configuration, as read from its config.json.

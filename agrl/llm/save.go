@@ -88,7 +88,6 @@ func (m *Model) save(dir string, a *Adapters, dtype hf.DType, shardSize int64) e
 	cfg := root.Config()
 	cfg.TorchDType = st.torch
 
-	weights := root.weights()
 	adapted := map[string]*adapter{}
 	if a != nil {
 		for l, mods := range a.layers {
@@ -106,7 +105,7 @@ func (m *Model) save(dir string, a *Adapters, dtype hf.DType, shardSize int64) e
 	var shards [][]hf.TensorSpec
 	var cur, total int64
 	for _, s := range specs {
-		if _, ok := weights[s.Name]; !ok {
+		if p, _, _ := root.slot(s.Name); p == nil {
 			return fmt.Errorf("llm: Save: the model has no %s", s.Name) // cannot happen: Load checked
 		}
 		n := int64(hf.TensorInfo{Shape: s.Shape}.Len() * dtype.Size())
@@ -136,7 +135,7 @@ func (m *Model) save(dir string, a *Adapters, dtype hf.DType, shardSize int64) e
 		}
 		tensors := make(map[string]hf.Tensor, len(group))
 		for _, s := range group {
-			w := weights[s.Name]
+			w, _ := root.tensor(s.Name) // one at a time: a projection held transposed is transposed back here
 			if p := adapted[s.Name]; p != nil {
 				w = p.merged(w, a.cfg.Scale())
 			}
@@ -191,9 +190,16 @@ func (m *Model) Weights() map[string][]float32 {
 	if m.root != nil {
 		root = m.root
 	}
-	w := root.weights()
-	for k, v := range w {
-		w[k] = append([]float32(nil), v...)
+	w := map[string][]float32{}
+	for _, name := range root.names() {
+		v, ok := root.tensor(name)
+		if !ok {
+			continue
+		}
+		if p, _, _ := root.slot(name); *p != nil { // the model's own slice: copied
+			v = append([]float32(nil), v...)
+		}
+		w[name] = v
 	}
 	return w
 }
@@ -201,6 +207,7 @@ func (m *Model) Weights() map[string][]float32 {
 // WeightsView is Weights without the copies: the model's own slices, which the caller must not
 // modify (the model and every view sharing its weights read them). It is for loaders that copy
 // the weights elsewhere (into a GoMLX store, say) without holding a third copy meanwhile.
+// A projection the model holds transposed (Share) is transposed back into a new slice.
 func (m *Model) WeightsView() map[string][]float32 {
 	if m.root != nil {
 		return m.root.weights()
@@ -208,38 +215,14 @@ func (m *Model) WeightsView() map[string][]float32 {
 	return m.weights()
 }
 
-// weights maps the name of each of m's tensors, as transformers saves it, to its values.
+// weights maps the name of each of m's tensors, as transformers saves it, to its values in
+// the checkpoint's layout (projections held transposed, Share, transposed back into new slices).
 func (m *Model) weights() map[string][]float32 {
-	w := map[string][]float32{"model.embed_tokens.weight": m.embed, "model.norm.weight": m.norm}
-	if !m.cfg.TieWordEmbeddings {
-		w["lm_head.weight"] = m.head
-	}
-	for i := range m.layers {
-		ly := &m.layers[i]
-		p := fmt.Sprintf("model.layers.%d.", i)
-		for name, v := range map[string][]float32{
-			"input_layernorm.weight":          ly.inputNorm,
-			"post_attention_layernorm.weight": ly.postNorm,
-			"self_attn.q_proj.weight":         ly.wq,
-			"self_attn.k_proj.weight":         ly.wk,
-			"self_attn.v_proj.weight":         ly.wv,
-			"self_attn.o_proj.weight":         ly.wo,
-			"self_attn.q_proj.bias":           ly.bq,
-			"self_attn.k_proj.bias":           ly.bk,
-			"self_attn.v_proj.bias":           ly.bv,
-			"self_attn.o_proj.bias":           ly.bo,
-			"self_attn.q_norm.weight":         ly.qNorm,
-			"self_attn.k_norm.weight":         ly.kNorm,
-			"mlp.gate_proj.weight":            ly.gate,
-			"mlp.up_proj.weight":              ly.up,
-			"mlp.down_proj.weight":            ly.down,
-			"mlp.gate_proj.bias":              ly.bGate,
-			"mlp.up_proj.bias":                ly.bUp,
-			"mlp.down_proj.bias":              ly.bDown,
-		} {
-			if v != nil {
-				w[p+name] = v
-			}
+	names := m.names()
+	w := make(map[string][]float32, len(names))
+	for _, name := range names {
+		if v, ok := m.tensor(name); ok {
+			w[name] = v
 		}
 	}
 	return w
