@@ -395,11 +395,13 @@ func (p *PretrainedPolicy) syncHost() error {
 		return nil
 	}
 	if p.full {
-		w, err := p.graph.BaseWeights()
+		// The store's layout as it is: the sampler multiplies by the [in, out] projections
+		// directly (one copy, no transposes; the same bits as the [out, in] weights).
+		w, err := p.graph.StoredBaseWeights()
 		if err != nil {
 			return err
 		}
-		m, err := llm.FromWeights(p.cfg, p.spec.Dir, w)
+		m, err := llm.FromWeightsTransposed(p.cfg, p.spec.Dir, w)
 		if err != nil {
 			return err
 		}

@@ -74,6 +74,14 @@ func TestPretrainedFullFineTuning(t *testing.T) {
 			t.Errorf("weight %s did not change in training", name)
 		}
 	}
+	// The sampler's model holds the trained weights bit for bit (taken in the store's layout).
+	pol, err := pre.Agent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(pol.Model().Weights(), trained) {
+		t.Fatal("the sampler's weights after training are not the store's")
+	}
 	// The checkpoint on disk is untouched, and so is the pretrained model the base view scores.
 	if again, err := llm.Load(tinyQwen3(t)); err != nil || !reflect.DeepEqual(again.Weights(), want) {
 		t.Fatalf("the model directory changed (%v)", err)

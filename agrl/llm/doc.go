@@ -41,6 +41,11 @@
 // over the tokens before it; Step of a prompt then one token at a time gives the same logits
 // as Logits of the whole sequence. Sequences are limited to max_position_embeddings.
 //
+// A model holds its weights in float32, one copy. Share hands it a tensor that another owner
+// holds in memory already (a GoMLX store on the go backend, whose buffers are Go memory), a
+// projection possibly as its transpose [in, out], and the model drops its own copy: the values
+// must be the same bits, and the logits do not change.
+//
 // # LoRA adapters and saving
 //
 // AddLoRA makes low-rank adapters for a model's projections (LoRAConfig: rank, alpha, dropout

@@ -133,6 +133,24 @@ func FromWeights(cfg hf.Config, dir string, weights map[string][]float32) (*Mode
 	return m, nil
 }
 
+// FromWeightsTransposed is FromWeights with every projection (the q, k, v, o, gate, up and
+// down weights) given as its transpose [in, out], the layout the forward pass multiplies by
+// directly (SetLinearT; a projection Share made transposed): the layout a GoMLX store keeps
+// (hfgraph.Model.StoredBaseWeights), taken without transposing back and forth. The model
+// computes, bit for bit, what FromWeights computes from the [out, in] weights they transpose.
+func FromWeightsTransposed(cfg hf.Config, dir string, weights map[string][]float32) (*Model, error) {
+	m, err := FromWeights(cfg, dir, weights)
+	if err != nil {
+		return nil, fmt.Errorf("%w (projections given as [in, out])", err)
+	}
+	for _, name := range m.names() {
+		if p, l, mod := m.slot(name); mod >= 0 {
+			m.layers[l].t[mod], *p = *p, nil
+		}
+	}
+	return m, nil
+}
+
 // build assembles a model of cfg from the tensors get returns by name (checked finite).
 func build(cfg hf.Config, dir string, get func(name string) ([]float32, error)) (*Model, error) {
 	var readErr error

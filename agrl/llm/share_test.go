@@ -178,3 +178,38 @@ func TestLinearLoopT(t *testing.T) {
 		}
 	}
 }
+
+// FromWeightsTransposed takes the projections as [in, out] and computes FromWeights' logits
+// bit for bit; Weights gives the [out, in] tensors back.
+func TestFromWeightsTransposed(t *testing.T) {
+	ids := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			m := loadVariant(t, v.name)
+			w := m.Weights()
+			for name, x := range w {
+				if _, _, mod := m.slot(name); mod >= 0 {
+					out, in := moduleShape(m.cfg, mod)
+					w[name] = transposeOf(x, out, in)
+				}
+			}
+			mt, err := FromWeightsTransposed(m.Config(), "", w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mt.layers[0].wq != nil || mt.layers[0].t[qProj] == nil {
+				t.Fatal("the projections are not held transposed")
+			}
+			if !sameBits(mustLogits(t, mt, ids), mustLogits(t, m, ids)) {
+				t.Error("other logits")
+			}
+			if name := sameWeights(m, mt); name != "" {
+				t.Errorf("Weights: %s differs", name)
+			}
+			delete(w, "model.norm.weight")
+			if _, err := FromWeightsTransposed(m.Config(), "", w); err == nil || !strings.Contains(err.Error(), "model.norm.weight missing") {
+				t.Errorf("a missing tensor: %v", err)
+			}
+		})
+	}
+}

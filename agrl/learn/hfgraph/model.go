@@ -267,6 +267,24 @@ func (m *Model) BaseWeights() (map[string][]float32, error) {
 	return out, nil
 }
 
+// StoredBaseWeights is BaseWeights with the projections left as the store keeps them, each a
+// copy of its [in, out] transpose (what llm.FromWeightsTransposed takes): no transposing back.
+func (m *Model) StoredBaseWeights() (map[string][]float32, error) {
+	out := map[string][]float32{}
+	for _, spec := range m.cfg.Tensors() {
+		v := m.store.GetVariable(m.basePath(spec.Name))
+		if v == nil {
+			return nil, fmt.Errorf("hfgraph: StoredBaseWeights: variable %s missing from the store", m.basePath(spec.Name))
+		}
+		val, err := v.Value()
+		if err != nil {
+			return nil, fmt.Errorf("hfgraph: StoredBaseWeights: %s: %w", v.Path(), err)
+		}
+		out[spec.Name] = floats(val)
+	}
+	return out, nil
+}
+
 // SetBaseWeights replaces the values of the base weights with w, which must hold every tensor
 // of the checkpoint's layout (BaseWeights' form), each of its shape's size and finite, and no
 // other; nothing is changed when one is not.
