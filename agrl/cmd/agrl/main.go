@@ -22,7 +22,10 @@ import (
 	"agrl.dev/envs"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	setMemoryLimit()
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 const usage = `agrl trains small language-model agents on tool-calling tasks with GRPO.
 
