@@ -171,11 +171,24 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 			return nil, fmt.Errorf("agrl: %w", err)
 		}
 		pp.cur = pol
+		// Where the backend's buffers are Go memory, the checkpoint's frozen copy in the store
+		// (the base model's scores; GRPO's KL reference unless a warm start made another) is
+		// made now, before anything samples, and the host model of the checkpoint shares its
+		// memory instead of holding a copy of its own.
+		if backend.HasSharedBuffers() {
+			f, err := pp.frozenBase()
+			if err != nil {
+				return nil, err
+			}
+			if err := pp.shareWeights(f.graph, pp.base); err != nil {
+				return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
+			}
+		}
 	} else {
 		if err := pp.graph.AddLoRA(s.LoRA, seed); err != nil {
 			return nil, fmt.Errorf("agrl: %w", err)
 		}
-		if err := pp.shareWeights(); err != nil {
+		if err := pp.shareWeights(pp.graph, pp.base); err != nil {
 			return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 		}
 		if pp.host, err = pp.graph.Adapters(pp.base); err != nil {
@@ -239,11 +252,13 @@ func bf16Rounded(m *llm.Model, dir string) (*llm.Model, error) {
 // the store's (llm.Model.Share: the embeddings and norms as they are, the projections as the
 // store's [in, out] transposes, which the host kernels multiply by directly). At the
 // Qwen3-0.6B shape that is 2.4 GB of float32 less; measured in docs/llm.md ("Memory").
-func (p *PretrainedPolicy) shareWeights() error {
+// g's base weights are m's (the policy's graphs and its base model, or under full fine-tuning
+// the checkpoint's frozen copy and the checkpoint's host model), and must stay frozen.
+func (p *PretrainedPolicy) shareWeights(g *hfgraph.Model, m *llm.Model) error {
 	if !p.backend.HasSharedBuffers() {
 		return nil
 	}
-	for _, v := range p.graph.BaseVariables() {
+	for _, v := range g.BaseVariables() {
 		t, err := v.Value()
 		if err != nil {
 			return err
@@ -251,11 +266,11 @@ func (p *PretrainedPolicy) shareWeights() error {
 		if err := t.MaterializeOnDevice(p.backend, true, 0); err != nil {
 			return fmt.Errorf("%s: %w", v.Path(), err)
 		}
-		name := strings.TrimPrefix(v.Path(), pretrainedScope+"/base/")
+		name := strings.TrimPrefix(v.Path(), g.Scope()+"/base/")
 		var shareErr error
 		if err := t.ConstFlatData(func(flat any) {
 			if data, ok := flat.([]float32); ok { // bfloat16 storage is not the sampler's float32
-				shareErr = p.base.Share(name, data, strings.HasSuffix(name, "_proj.weight"), t)
+				shareErr = m.Share(name, data, strings.HasSuffix(name, "_proj.weight"), t)
 			}
 		}); err != nil {
 			return fmt.Errorf("%s: %w", v.Path(), err)

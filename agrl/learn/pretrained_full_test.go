@@ -86,6 +86,14 @@ func TestPretrainedFullFineTuning(t *testing.T) {
 	if again, err := llm.Load(tinyQwen3(t)); err != nil || !reflect.DeepEqual(again.Weights(), want) {
 		t.Fatalf("the model directory changed (%v)", err)
 	}
+	// The checkpoint's host model (the base's rollouts) holds no copy of its own on the go
+	// backend: it reads the frozen copy in the store, which training left as it was.
+	if got := len(pre.base.Shared()); got != len(want) {
+		t.Errorf("the checkpoint's host model shares %d of its %d tensors with the store", got, len(want))
+	}
+	if !reflect.DeepEqual(pre.base.Weights(), want) {
+		t.Error("the checkpoint's host model no longer holds the checkpoint's weights")
+	}
 
 	// The sampler samples from the trained weights: its log-probs are the scorer's.
 	eps, baseScores := samplerMatchesScorer(t, pre)
