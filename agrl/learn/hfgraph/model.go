@@ -248,39 +248,33 @@ func (m *Model) DType() dtypes.DType { return m.dtype }
 // the checkpoint's layout (projections transposed back to [out, in]): what llm.FromWeights and
 // llm.Model.Save take. With tied embeddings there is no lm_head entry.
 func (m *Model) BaseWeights() (map[string][]float32, error) {
-	out := map[string][]float32{}
-	for _, spec := range m.cfg.Tensors() {
-		v := m.store.GetVariable(m.basePath(spec.Name))
-		if v == nil {
-			return nil, fmt.Errorf("hfgraph: BaseWeights: variable %s missing from the store", m.basePath(spec.Name))
-		}
-		val, err := v.Value()
-		if err != nil {
-			return nil, fmt.Errorf("hfgraph: BaseWeights: %s: %w", v.Path(), err)
-		}
-		data := floats(val)
-		if isProjection(spec.Name) { // stored [in, out]
-			data = transpose(data, spec.Shape[1], spec.Shape[0])
-		}
-		out[spec.Name] = data
-	}
-	return out, nil
+	return m.baseWeights("BaseWeights", true)
 }
 
 // StoredBaseWeights is BaseWeights with the projections left as the store keeps them, each a
 // copy of its [in, out] transpose (what llm.FromWeightsTransposed takes): no transposing back.
 func (m *Model) StoredBaseWeights() (map[string][]float32, error) {
+	return m.baseWeights("StoredBaseWeights", false)
+}
+
+// baseWeights copies the base weights out of the store for the method where, the projections
+// transposed back to [out, in] when back is set.
+func (m *Model) baseWeights(where string, back bool) (map[string][]float32, error) {
 	out := map[string][]float32{}
 	for _, spec := range m.cfg.Tensors() {
 		v := m.store.GetVariable(m.basePath(spec.Name))
 		if v == nil {
-			return nil, fmt.Errorf("hfgraph: StoredBaseWeights: variable %s missing from the store", m.basePath(spec.Name))
+			return nil, fmt.Errorf("hfgraph: %s: variable %s missing from the store", where, m.basePath(spec.Name))
 		}
 		val, err := v.Value()
 		if err != nil {
-			return nil, fmt.Errorf("hfgraph: StoredBaseWeights: %s: %w", v.Path(), err)
+			return nil, fmt.Errorf("hfgraph: %s: %s: %w", where, v.Path(), err)
 		}
-		out[spec.Name] = floats(val)
+		data := floats(val)
+		if back && isProjection(spec.Name) { // stored [in, out]
+			data = transpose(data, spec.Shape[1], spec.Shape[0])
+		}
+		out[spec.Name] = data
 	}
 	return out, nil
 }
