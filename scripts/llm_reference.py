@@ -5,16 +5,17 @@
 
 For each model directory (config.json plus model.safetensors, or model.safetensors.index.json
 and its shards) this reads the weights, runs the decoder on a few fixed token sequences
-(lengths 1, 3, 8 and 16, drawn from a generator seeded by the directory's name) in float64 and in float32, and writes
-DIR/expected.json: the inputs, both sets of logits at every position (rounded to 1e-7), and
-how far the float32 logits are from the float64 ones. agrl/llm's Go tests compare against that
-file without Python.
+(lengths 1, 3, 8 and 16, drawn from a generator seeded by the directory's name) in float64 and
+in float32, and writes DIR/expected.json: the inputs, both sets of logits at every position
+(rounded to 1e-7), how far the float32 logits are from the float64 ones, and RoPE's inverse
+frequencies and attention factor (float64). agrl/llm's Go tests compare against that file
+without Python.
 
 The forward pass is written here from the architectures' published definitions, in plain
 PyTorch: no transformers, no safetensors package (the header is parsed with json + struct).
-It covers what agrl/llm supports: Llama 3.x / SmolLM2 (llama3 RoPE scaling, tied or untied
-embeddings, optional attention and MLP biases), Qwen2/2.5 (q, k, v biases) and Qwen3 (per-head
-RMSNorm of q and k before RoPE, explicit head_dim).
+It covers what agrl/llm supports: Llama 3.x / SmolLM2 (tied or untied embeddings, optional
+attention and MLP biases), Qwen2/2.5 (q, k, v biases) and Qwen3 (per-head RMSNorm of q and k
+before RoPE, explicit head_dim), with RoPE scaled as rope_scaling says (llama3, linear, yarn).
 
   embed -> for each layer:
              x += o_proj(attention(rope(q), rope(k), v))   q, k, v from rms_norm(x)
@@ -103,19 +104,25 @@ class Config:
         self.eps = j.get("rms_norm_eps", 1e-6)
         self.theta = j.get("rope_theta", 10000.0)
         self.rope_scaling = j.get("rope_scaling")
+        self.max_pos = j.get("max_position_embeddings")
         self.tied = j.get("tie_word_embeddings", False)
         if j.get("hidden_act", "silu") != "silu":
             raise ValueError("hidden_act must be silu")
 
 
 def inv_freq(cfg, dtype):
-    """RoPE's inverse frequencies theta^(-2i/d), with Llama 3.1's long-context scaling."""
+    """RoPE's inverse frequencies theta^(-2i/d) and the factor cos and sin are multiplied by,
+    with the config's rope_scaling: llama3 (Llama 3.1), linear, or yarn."""
     d = cfg.head_dim
     inv = 1.0 / (cfg.theta ** (torch.arange(0, d, 2, dtype=torch.int64).to(dtype) / d))
     s = cfg.rope_scaling
     kind = s and (s.get("rope_type") or s.get("type"))
     if kind in (None, "default"):
-        return inv
+        return inv, 1.0
+    if kind == "linear":
+        return inv / s["factor"], 1.0
+    if kind == "yarn":
+        return yarn(cfg, inv)
     if kind != "llama3":
         raise ValueError(f"rope_scaling type {kind!r} is not supported")
     factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
@@ -126,7 +133,47 @@ def inv_freq(cfg, dtype):
     t = (old / wavelen - low) / (high - low)
     blended = (1 - t) * inv / factor + t * inv
     out = torch.where(wavelen > old / low, inv / factor, blended)
-    return torch.where(wavelen < old / high, inv, out)
+    return torch.where(wavelen < old / high, inv, out), 1.0
+
+
+def yarn(cfg, inv):
+    """YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of Large Language
+    Models", section 3): NTK-by-parts interpolation plus an attention temperature.
+
+    Over the original context L a frequency pair with inverse frequency f turns r = L f / 2pi
+    times. Pairs with r > beta_fast keep f, pairs with r < beta_slow get f / factor, and the
+    pairs between blend the two linearly in the pair index. The band's ends are the pair
+    indices where r equals beta_fast and beta_slow: solving L theta^(-2i/d) / 2pi = r for i,
+    i(r) = d ln(L / (2 pi r)) / (2 ln theta), floored and ceiled unless truncate is false, kept
+    in [0, d - 1]. The temperature multiplies cos and sin by 0.1 ln(factor) + 1 (the paper's
+    sqrt(1/t)), or by attention_factor, or, with DeepSeek's mscale and mscale_all_dim, by
+    the ratio of 0.1 m ln(factor) + 1 for the two."""
+    s, d = cfg.rope_scaling, cfg.head_dim
+    factor = s["factor"]
+    L = s.get("original_max_position_embeddings") or cfg.max_pos
+    beta_fast, beta_slow = s.get("beta_fast") or 32, s.get("beta_slow") or 1
+
+    def pair(r):
+        return d * math.log(L / (2 * math.pi * r)) / (2 * math.log(cfg.theta))
+
+    lo, hi = pair(beta_fast), pair(beta_slow)
+    if s.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, d - 1)
+    if lo == hi:
+        hi += 0.001
+    i = torch.arange(d // 2, dtype=inv.dtype)
+    ramp = ((i - lo) / (hi - lo)).clamp(0, 1)  # 0: keep f, 1: f / factor
+    out = inv * (1 - ramp) + inv / factor * ramp
+
+    def m(k):
+        return 1.0 if factor <= 1 else 0.1 * k * math.log(factor) + 1.0
+
+    att = s.get("attention_factor")
+    if att is None:
+        mscale, mscale_all = s.get("mscale"), s.get("mscale_all_dim")
+        att = m(mscale) / m(mscale_all) if mscale and mscale_all else m(1)
+    return out, att
 
 
 def rms_norm(x, w, eps):
@@ -160,9 +207,10 @@ def logits(cfg, W, ids, dtype, lora=None):
 
     T, D = len(ids), cfg.head_dim
     pos = torch.arange(T, dtype=torch.int64).to(dtype)
-    freqs = torch.outer(pos, inv_freq(cfg, dtype))  # [T, D/2]
+    inv, att = inv_freq(cfg, dtype)
+    freqs = torch.outer(pos, inv)  # [T, D/2]
     ang = torch.cat((freqs, freqs), dim=-1)  # [T, D]: angle i serves dims i and i + D/2
-    cos, sin = ang.cos(), ang.sin()
+    cos, sin = ang.cos() * att, ang.sin() * att
     causal = torch.ones(T, T, dtype=torch.bool).triu(1)  # True above the diagonal: the future
     group = cfg.heads // cfg.kv_heads
 
@@ -210,11 +258,16 @@ def main(dirs):
         sys.exit(__doc__)
     torch.set_num_threads(1)
     for d in dirs:
+        if not os.path.exists(os.path.join(d, "config.json")):
+            print(f"{d}: skipped (no config.json: an adapter, see scripts/lora_reference.py)")
+            continue
         with open(os.path.join(d, "config.json")) as f:
             cfg = Config(json.load(f))
         W = {name: torch.from_numpy(a) for name, a in read_weights(d).items()}
         seqs = sequences(cfg, seed=zlib.crc32(os.path.basename(os.path.normpath(d)).encode()))
         parts, worst = [], 0.0
+        inv64, att = inv_freq(cfg, torch.float64)
+        inv64 = inv64.tolist()
         for ids in seqs:
             with torch.no_grad():
                 l64 = logits(cfg, W, ids, torch.float64)
@@ -230,6 +283,8 @@ def main(dirs):
             f'  "torch": {json.dumps(torch.__version__)},\n'
             f'  "decimals": {DECIMALS},\n'
             f'  "max_abs_float32_vs_float64": {worst:.3g},\n'
+            f'  "rope_inv_freq": {json.dumps([float(v) for v in inv64])},\n'
+            f'  "rope_attention_factor": {att!r},\n'
             '  "sequences": [\n' + ",\n".join(parts) + "\n  ]\n}\n"
         )
         json.loads(text)  # well-formed

@@ -36,23 +36,51 @@ var families = map[string]Family{
 // Architectures lists the supported config.json architectures, sorted.
 func Architectures() []string { return slices.Sorted(maps.Keys(families)) }
 
-// Llama3Rope is the RopeScaling type of Llama 3.1 and later.
-const Llama3Rope = "llama3"
+// The rope_type values of RopeScaling.Type this package computes (besides "", plain RoPE).
+const (
+	// Llama3Rope is the scaling of Llama 3.1 and later (Llama3InvFreq).
+	Llama3Rope = "llama3"
+	// LinearRope divides every frequency by Factor (position interpolation).
+	LinearRope = "linear"
+	// YarnRope is YaRN (YarnInvFreq), which Qwen2.5 and Qwen3 document for contexts past
+	// their pretraining length.
+	YarnRope = "yarn"
+)
 
 // RopeScaling is config.json's rope_scaling: how RoPE frequencies are stretched for contexts
-// longer than pretraining's. The zero value (Type "") is plain RoPE.
+// longer than pretraining's. The zero value (Type "") is plain RoPE. Fields a type does not
+// use are zero.
 type RopeScaling struct {
-	// Type is rope_type: "" (config.json's null or "default") or Llama3Rope.
+	// Type is rope_type: "" (config.json's null or "default"), Llama3Rope, LinearRope or
+	// YarnRope.
 	Type string
-	// Factor is how much longer the target context is than OriginalMaxPositionEmbeddings;
-	// low frequencies are divided by it (Llama 3.1: 8, Llama 3.2: 32).
+	// Factor is how much longer the target context is than the pretraining one; the low
+	// frequencies (all of them, for LinearRope) are divided by it (Llama 3.1: 8, Llama 3.2:
+	// 32, Qwen's YaRN: 4).
 	Factor float64
-	// LowFreqFactor and HighFreqFactor bound the band of wavelengths that is interpolated:
-	// wavelengths above OriginalMaxPositionEmbeddings/LowFreqFactor are scaled by 1/Factor,
-	// those below OriginalMaxPositionEmbeddings/HighFreqFactor are kept (Llama 3: 1 and 4).
+	// LowFreqFactor and HighFreqFactor (llama3) bound the band of wavelengths that is
+	// interpolated: wavelengths above OriginalMaxPositionEmbeddings/LowFreqFactor are scaled
+	// by 1/Factor, those below OriginalMaxPositionEmbeddings/HighFreqFactor are kept (Llama 3:
+	// 1 and 4).
 	LowFreqFactor, HighFreqFactor float64
-	// OriginalMaxPositionEmbeddings is the pretraining context (Llama 3: 8192).
+	// OriginalMaxPositionEmbeddings is the pretraining context (Llama 3: 8192; required for
+	// llama3). For yarn, 0 means the config's max_position_embeddings, as in transformers.
 	OriginalMaxPositionEmbeddings int
+
+	// The rest is yarn's; each is optional.
+
+	// AttentionFactor multiplies RoPE's cos and sin, so attention logits by its square. 0:
+	// computed from Factor, Mscale and MscaleAllDim (YarnAttentionFactor).
+	AttentionFactor float64
+	// BetaFast and BetaSlow are the rotation counts over the original context that bound the
+	// interpolated band (0: 32 and 1).
+	BetaFast, BetaSlow float64
+	// Mscale and MscaleAllDim (DeepSeek's spelling) set the default AttentionFactor when both
+	// are non-zero.
+	Mscale, MscaleAllDim float64
+	// NoTruncate is the config's "truncate": false (gpt-oss): the band's ends are not rounded
+	// out to whole dimensions.
+	NoTruncate bool
 }
 
 // Config is the part of a Hugging Face config.json that fixes a supported decoder's tensors
@@ -146,6 +174,12 @@ type rawRope struct {
 	LowFreqFactor                 float64  `json:"low_freq_factor"`
 	HighFreqFactor                float64  `json:"high_freq_factor"`
 	OriginalMaxPositionEmbeddings int      `json:"original_max_position_embeddings"`
+	AttentionFactor               *float64 `json:"attention_factor"`
+	BetaFast                      float64  `json:"beta_fast"`
+	BetaSlow                      float64  `json:"beta_slow"`
+	Mscale                        float64  `json:"mscale"`
+	MscaleAllDim                  float64  `json:"mscale_all_dim"`
+	Truncate                      *bool    `json:"truncate"`
 }
 
 // LoadConfig reads and validates the config.json at path (see ParseConfig).
@@ -236,6 +270,17 @@ func parseConfig(data []byte) (Config, error) {
 			LowFreqFactor:                 rope.LowFreqFactor,
 			HighFreqFactor:                rope.HighFreqFactor,
 			OriginalMaxPositionEmbeddings: rope.OriginalMaxPositionEmbeddings,
+			BetaFast:                      rope.BetaFast,
+			BetaSlow:                      rope.BetaSlow,
+			Mscale:                        rope.Mscale,
+			MscaleAllDim:                  rope.MscaleAllDim,
+			NoTruncate:                    rope.Truncate != nil && !*rope.Truncate,
+		}
+		if a := rope.AttentionFactor; a != nil {
+			if !(*a > 0) || math.IsInf(*a, 0) {
+				errs = append(errs, fmt.Errorf("rope_scaling: attention_factor is %v; want > 0", *a))
+			}
+			c.RopeScaling.AttentionFactor = *a
 		}
 		if c.RopeScaling.Type == "default" {
 			c.RopeScaling = RopeScaling{}
@@ -362,6 +407,8 @@ func (c Config) validate() []error {
 	}
 	if err := c.RopeScaling.validate(); err != nil {
 		errs = append(errs, err)
+	} else if c.RopeScaling.Type == YarnRope && !(c.RopeTheta > 1) {
+		bad("rope_theta is %v; yarn scaling needs > 1", c.RopeTheta)
 	}
 	ids := c.EOSTokenIDs
 	if c.BOSTokenID != -1 {
@@ -376,28 +423,57 @@ func (c Config) validate() []error {
 }
 
 func (s RopeScaling) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch s.Type {
 	case "":
 		return nil
 	case Llama3Rope:
+		if !(s.Factor > 0) || !finite(s.Factor) {
+			bad("factor is %v; want > 0", s.Factor)
+		}
+		if !(s.LowFreqFactor > 0) || !finite(s.LowFreqFactor) {
+			bad("low_freq_factor is %v; want > 0", s.LowFreqFactor)
+		}
+		if !(s.HighFreqFactor > s.LowFreqFactor) || !finite(s.HighFreqFactor) {
+			bad("high_freq_factor %v is not above low_freq_factor %v", s.HighFreqFactor, s.LowFreqFactor)
+		}
+		if s.OriginalMaxPositionEmbeddings <= 0 {
+			bad("original_max_position_embeddings is %d; want > 0", s.OriginalMaxPositionEmbeddings)
+		}
+	case LinearRope, YarnRope:
+		// transformers rejects factors below 1 for both (they would shrink the context).
+		if !(s.Factor >= 1) || !finite(s.Factor) {
+			bad("factor is %v; want ≥ 1", s.Factor)
+		}
+		if s.Type == LinearRope {
+			break
+		}
+		if s.OriginalMaxPositionEmbeddings < 0 {
+			bad("original_max_position_embeddings is %d; want > 0, or none for max_position_embeddings", s.OriginalMaxPositionEmbeddings)
+		}
+		if !(s.AttentionFactor >= 0) || !finite(s.AttentionFactor) {
+			bad("attention_factor is %v; want > 0", s.AttentionFactor)
+		}
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"beta_fast", s.BetaFast}, {"beta_slow", s.BetaSlow}, {"mscale", s.Mscale}, {"mscale_all_dim", s.MscaleAllDim}} {
+			if !(f.v >= 0) || !finite(f.v) {
+				bad("%s is %v; want > 0 (or none for the default)", f.name, f.v)
+			}
+		}
+		if fast, slow := s.betas(); fast < slow {
+			bad("beta_fast %v is below beta_slow %v: the band of interpolated frequencies would be inverted", fast, slow)
+		}
+	case "dynamic":
+		return fmt.Errorf(`rope_scaling: rope_type "dynamic" is not supported: its frequencies change with the length of the sequence, which a KV cache of already-rotated keys cannot follow (supported: null, "default", %q, %q, %q)`, Llama3Rope, LinearRope, YarnRope)
 	default:
-		return fmt.Errorf("rope_scaling: unsupported rope_type %q (supported: null, \"default\", %q)", s.Type, Llama3Rope)
-	}
-	var errs []error
-	if !(s.Factor > 0) {
-		errs = append(errs, fmt.Errorf("factor is %v; want > 0", s.Factor))
-	}
-	if !(s.LowFreqFactor > 0) {
-		errs = append(errs, fmt.Errorf("low_freq_factor is %v; want > 0", s.LowFreqFactor))
-	}
-	if !(s.HighFreqFactor > s.LowFreqFactor) {
-		errs = append(errs, fmt.Errorf("high_freq_factor %v is not above low_freq_factor %v", s.HighFreqFactor, s.LowFreqFactor))
-	}
-	if s.OriginalMaxPositionEmbeddings <= 0 {
-		errs = append(errs, fmt.Errorf("original_max_position_embeddings is %d; want > 0", s.OriginalMaxPositionEmbeddings))
+		return fmt.Errorf(`rope_scaling: unsupported rope_type %q (supported: null, "default", %q, %q, %q)`, s.Type, Llama3Rope, LinearRope, YarnRope)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("rope_scaling (llama3): %w", errors.Join(errs...))
+		return fmt.Errorf("rope_scaling (%s): %w", s.Type, errors.Join(errs...))
 	}
 	return nil
 }

@@ -259,7 +259,19 @@ func TestParseConfigErrors(t *testing.T) {
 			[]string{"no vocab_size", "no hidden_size", "no intermediate_size", "no num_hidden_layers", "no num_attention_heads"}},
 		{"zero eps", llama(`, "rms_norm_eps": 0`), []string{"rms_norm_eps is 0"}},
 		{"negative theta", llama(`, "rope_theta": -1`), []string{"rope_theta is -1"}},
-		{"unsupported rope", llama(`, "rope_scaling": {"rope_type": "yarn", "factor": 4}`), []string{`unsupported rope_type "yarn"`, "llama3"}},
+		{"unsupported rope", llama(`, "rope_scaling": {"rope_type": "longrope", "factor": 4}`),
+			[]string{`unsupported rope_type "longrope"`, `"llama3", "linear", "yarn"`}},
+		{"dynamic rope", llama(`, "rope_scaling": {"type": "dynamic", "factor": 2}`),
+			[]string{`rope_type "dynamic" is not supported`, "KV cache"}},
+		{"linear rope without factor", llama(`, "rope_scaling": {"rope_type": "linear"}`), []string{"rope_scaling (linear): factor is 0; want ≥ 1"}},
+		{"yarn factor below 1", llama(`, "rope_scaling": {"rope_type": "yarn", "factor": 0.5}`), []string{"rope_scaling (yarn): factor is 0.5; want ≥ 1"}},
+		{"yarn zero attention_factor", llama(`, "rope_scaling": {"rope_type": "yarn", "factor": 4, "attention_factor": 0}`),
+			[]string{"attention_factor is 0; want > 0"}},
+		{"yarn bad options", llama(`, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_slow": -1, "mscale": -2, "original_max_position_embeddings": -5}`),
+			[]string{"beta_slow is -1", "mscale is -2", "original_max_position_embeddings is -5"}},
+		{"yarn inverted betas", llama(`, "rope_scaling": {"rope_type": "yarn", "factor": 4, "beta_fast": 2, "beta_slow": 8}`),
+			[]string{"beta_fast 2 is below beta_slow 8"}},
+		{"yarn theta 1", llama(`, "rope_theta": 1, "rope_scaling": {"rope_type": "yarn", "factor": 4}`), []string{"rope_theta is 1; yarn scaling needs > 1"}},
 		{"llama3 rope incomplete", llama(`, "rope_scaling": {"rope_type": "llama3", "factor": 8}`),
 			[]string{"low_freq_factor is 0", "high_freq_factor 0 is not above low_freq_factor 0", "original_max_position_embeddings is 0"}},
 		{"llama3 rope inverted band", llama(`, "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 4, "high_freq_factor": 1, "original_max_position_embeddings": 8192}`),
@@ -302,5 +314,34 @@ func TestLoadConfig(t *testing.T) {
 	}
 	if _, err := LoadConfig(filepath.Join(dir, "absent.json")); err == nil {
 		t.Error("LoadConfig(absent): no error")
+	}
+}
+
+// The YaRN block Qwen2.5 and Qwen3 tell users to add for long contexts, a transformers 5
+// rope_parameters one with every option, and linear scaling parse as written.
+func TestParseConfigRopeScalings(t *testing.T) {
+	for _, c := range []struct {
+		name, extra string
+		want        RopeScaling
+	}{
+		{"qwen yarn", `, "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768, "type": "yarn"}`,
+			RopeScaling{Type: YarnRope, Factor: 4, OriginalMaxPositionEmbeddings: 32768}},
+		{"yarn, every option", `, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40, "beta_fast": 32,
+			"beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0.5, "attention_factor": 1.25, "truncate": false,
+			"original_max_position_embeddings": 4096}`,
+			RopeScaling{Type: YarnRope, Factor: 40, OriginalMaxPositionEmbeddings: 4096, AttentionFactor: 1.25,
+				BetaFast: 32, BetaSlow: 1, Mscale: 1, MscaleAllDim: 0.5, NoTruncate: true}},
+		{"yarn truncate true", `, "rope_scaling": {"rope_type": "yarn", "factor": 2, "truncate": true}`,
+			RopeScaling{Type: YarnRope, Factor: 2}},
+		{"linear", `, "rope_scaling": {"type": "linear", "factor": 2.0}`, RopeScaling{Type: LinearRope, Factor: 2}},
+	} {
+		cfg, err := ParseConfig([]byte(minimal("Qwen2ForCausalLM", "qwen2", c.extra)))
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if cfg.RopeScaling != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, cfg.RopeScaling, c.want)
+		}
 	}
 }

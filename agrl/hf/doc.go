@@ -31,7 +31,10 @@
 // Config.Tensors lists the tensors a checkpoint must hold, named and shaped as transformers
 // saves them, and Config.Check compares a checkpoint with that list, reporting every missing,
 // unexpected and mis-shaped tensor in one *CheckError. Config.InvFreq gives the RoPE inverse
-// frequencies, including Llama 3.1's "llama3" long-context scaling (Llama3InvFreq).
+// frequencies with the config's long-context scaling: Llama 3.1's "llama3" (Llama3InvFreq),
+// "linear", or "yarn" (YarnInvFreq), whose factor on cos and sin is
+// Config.RopeAttentionFactor. "dynamic" (NTK) scaling, whose frequencies change with the
+// sequence's length, is refused with an error.
 //
 // A typical load:
 //

@@ -86,3 +86,96 @@ func TestLlama3InvFreqRealConfig(t *testing.T) {
 		t.Errorf("kept %d, scaled %d, interpolated %d: want some of each", kept, scaled, mixed)
 	}
 }
+
+// TestYarnInvFreq works one example through by hand. head_dim 8 and theta 10^4 give the
+// frequencies 1, 0.1, 0.01, 0.001. With an original context L = 1024 the pair index at which a
+// frequency turns r times over L is i(r) = 8·ln(1024/(2πr))/(2·ln 10^4): i(32) = 0.707 and
+// i(1) = 2.212, rounded out to the band [0, 3]. The ramp i/3 goes 0, 1/3, 2/3, 1, so with
+// factor 4:
+//
+//	pair 0: kept                         1
+//	pair 1: 0.1·(2/3) + 0.025·(1/3)    = 0.075
+//	pair 2: 0.01·(1/3) + 0.0025·(2/3)  = 0.005
+//	pair 3: divided by 4                 0.00025
+//
+// Unrounded (NoTruncate) the band is [0.707, 2.212] and pair 1's ramp is
+// (1 − 0.70698)/(2.21212 − 0.70698) = 0.19468, giving 0.1 − 0.075·0.19468 = 0.085399.
+func TestYarnInvFreq(t *testing.T) {
+	s := RopeScaling{Type: YarnRope, Factor: 4, OriginalMaxPositionEmbeddings: 1024}
+	want := []float64{1, 0.075, 0.005, 0.00025}
+	got := YarnInvFreq(8, 10000, s, 99999) // maxPos unused: L is given
+	if len(got) != len(want) {
+		t.Fatalf("YarnInvFreq = %v", got)
+	}
+	for i := range want {
+		if !near(got[i], want[i]) {
+			t.Errorf("YarnInvFreq[%d] = %.16g, want %.16g", i, got[i], want[i])
+		}
+	}
+	// No original context: max_position_embeddings stands in for it.
+	if got := YarnInvFreq(8, 10000, RopeScaling{Type: YarnRope, Factor: 4}, 1024); !near(got[1], 0.075) {
+		t.Errorf("with L from maxPos: %v", got)
+	}
+	s.NoTruncate = true
+	got = YarnInvFreq(8, 10000, s, 0)
+	if math.Abs(got[1]-0.085399) > 1e-6 || got[0] != 1 || !near(got[3], 0.00025) {
+		t.Errorf("NoTruncate: %v", got)
+	}
+	// Betas so large that both ends of the band fall below pair 0: the low end is clamped to
+	// 0 but the high end is not (as in transformers), the ramp is never positive, and every
+	// frequency is kept.
+	s = RopeScaling{Type: YarnRope, Factor: 4, OriginalMaxPositionEmbeddings: 1024, BetaFast: 1e9, BetaSlow: 1e8}
+	for i, f := range YarnInvFreq(8, 10000, s, 0) {
+		if want := RopeInvFreq(8, 10000)[i]; f != want {
+			t.Errorf("betas past the spectrum: [%d] = %v, want %v", i, f, want)
+		}
+	}
+}
+
+// YaRN's attention factor: 1 + 0.1·ln(factor) by default (1.1386294 for factor 4, as Qwen's
+// long-context configs use), 1 when the factor is 1, the given attention_factor, or DeepSeek's
+// ratio (1 + 0.1·1·ln 40)/(1 + 0.1·0.5·ln 40) = 1.3688879/1.1844440 = 1.1557220.
+func TestYarnAttentionFactor(t *testing.T) {
+	for _, c := range []struct {
+		s    RopeScaling
+		want float64
+	}{
+		{RopeScaling{Factor: 4}, 1.1386294361119891},
+		{RopeScaling{Factor: 1}, 1},
+		{RopeScaling{Factor: 4, AttentionFactor: 0.9}, 0.9},
+		{RopeScaling{Factor: 40, Mscale: 1, MscaleAllDim: 0.5}, 1.1557220},
+		{RopeScaling{Factor: 40, Mscale: 1}, 1 + 0.1*math.Log(40)}, // one of the pair: the default
+	} {
+		if got := YarnAttentionFactor(c.s); math.Abs(got-c.want) > 1e-7 {
+			t.Errorf("%+v: %.10g, want %.10g", c.s, got, c.want)
+		}
+	}
+	cfg := tiny(Qwen2, func(c *Config) { c.RopeScaling = RopeScaling{Type: YarnRope, Factor: 4} })
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.RopeAttentionFactor(); !near(got, 1.1386294361119891) {
+		t.Errorf("Config.RopeAttentionFactor = %v", got)
+	}
+	cfg.RopeScaling = RopeScaling{Type: LinearRope, Factor: 4}
+	if got := cfg.RopeAttentionFactor(); got != 1 {
+		t.Errorf("linear: attention factor %v, want 1", got)
+	}
+}
+
+// Linear scaling divides every frequency by the factor.
+func TestLinearInvFreq(t *testing.T) {
+	cfg := tiny(Llama, func(c *Config) {
+		c.HeadDim, c.HiddenSize, c.NumAttentionHeads = 8, 32, 4
+		c.RopeTheta, c.RopeScaling = 10000, RopeScaling{Type: LinearRope, Factor: 2}
+	})
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want := []float64{0.5, 0.05, 0.005, 0.0005}
+	for i, f := range cfg.InvFreq() {
+		if !near(f, want[i]) {
+			t.Errorf("[%d] = %v, want %v", i, f, want[i])
+		}
+	}
+}

@@ -24,9 +24,11 @@
 // differ only in tensors: Qwen2 has q, k and v biases; Qwen3 has q_norm and k_norm and a
 // head_dim of its own (its heads may be wider than the hidden size); Llama may have
 // attention_bias (q, k, v, o) and mlp_bias, which Llama 3 and SmolLM2 checkpoints leave off.
-// RoPE uses rope_theta and, for Llama 3.1 and later, the "llama3" frequency scaling
-// (hf.Config.InvFreq). Dimension i of a head turns with dimension i + d/2, as in every
-// Hugging Face checkpoint (not the interleaved pairs of Meta's original code).
+// RoPE uses rope_theta and the config's rope_scaling: Llama 3.1's "llama3", "linear", or
+// "yarn" (Qwen2.5 and Qwen3's long-context setting), whose attention factor multiplies cos and
+// sin (hf.Config.InvFreq, hf.Config.RopeAttentionFactor). Dimension i of a head turns with
+// dimension i + d/2, as in every Hugging Face checkpoint (not the interleaved pairs of Meta's
+// original code).
 //
 // Everything is computed in float32, as transformers does for a float32 model: a bfloat16
 // checkpoint is converted exactly, then run in float32, so the logits are close to, but not

@@ -158,7 +158,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 			r := off[i] + t
 			for j, f := range m.invFreq {
 				a := float64(c.n+t) * f
-				cos[r*D/2+j], sin[r*D/2+j] = float32(math.Cos(a)), float32(math.Sin(a))
+				cos[r*D/2+j], sin[r*D/2+j] = float32(m.ropeScale*math.Cos(a)), float32(m.ropeScale*math.Sin(a))
 			}
 			copy(x[r*H:(r+1)*H], root.embed[int(id)*H:])
 		}

@@ -20,8 +20,10 @@ type Model struct {
 	layers []layer
 	norm   []float32 // [hidden]
 	head   []float32 // [vocab, hidden]; the same slice as embed when the embeddings are tied
-	// invFreq holds RoPE's inverse frequencies, head_dim/2 of them (llama3 scaling applied).
-	invFreq []float64
+	// invFreq holds RoPE's inverse frequencies, head_dim/2 of them (scaling applied), and
+	// ropeScale the factor its cos and sin are multiplied by (1 but under YaRN).
+	invFreq   []float64
+	ropeScale float64
 
 	dir string // the directory Load read, as given
 	// lora are the adapters this model runs with (nil: none), and root the model WithAdapters
@@ -178,7 +180,7 @@ func build(cfg hf.Config, dir string, get func(name string) ([]float32, error)) 
 		return read(name)
 	}
 
-	m := &Model{cfg: cfg, invFreq: cfg.InvFreq(), dir: dir}
+	m := &Model{cfg: cfg, invFreq: cfg.InvFreq(), ropeScale: cfg.RopeAttentionFactor(), dir: dir}
 	m.embed = read("model.embed_tokens.weight")
 	for i := range cfg.NumHiddenLayers {
 		p := fmt.Sprintf("model.layers.%d.", i)

@@ -11,9 +11,12 @@ import (
 
 // expected is a testdata/<variant>/expected.json, written by scripts/llm_reference.py.
 type expected struct {
-	Torch     string `json:"torch"`
-	Decimals  int    `json:"decimals"`
-	Sequences []struct {
+	Torch    string `json:"torch"`
+	Decimals int    `json:"decimals"`
+	// RoPE's inverse frequencies and the factor cos and sin are multiplied by, in float64.
+	RopeInvFreq         []float64 `json:"rope_inv_freq"`
+	RopeAttentionFactor float64   `json:"rope_attention_factor"`
+	Sequences           []struct {
 		IDs     []int32     `json:"ids"`
 		Float64 [][]float64 `json:"float64"`
 		Float32 [][]float64 `json:"float32"`
@@ -70,6 +73,18 @@ func TestReference(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := loadExpected(t, dir)
+			if len(m.invFreq) != len(e.RopeInvFreq) {
+				t.Fatalf("%d RoPE frequencies, want %d", len(m.invFreq), len(e.RopeInvFreq))
+			}
+			for i, f := range m.invFreq {
+				// torch's pow and ours may differ in the last bit or two.
+				if want := e.RopeInvFreq[i]; !(math.Abs(f-want) <= 1e-14*want) {
+					t.Errorf("RoPE inverse frequency %d = %.17g, want %.17g", i, f, want)
+				}
+			}
+			if !(math.Abs(m.ropeScale-e.RopeAttentionFactor) <= 1e-15) {
+				t.Errorf("RoPE attention factor %.17g, want %.17g", m.ropeScale, e.RopeAttentionFactor)
+			}
 			var vs64, vs32, steps float64
 			for _, s := range e.Sequences {
 				got, err := m.Logits(s.IDs)

@@ -172,13 +172,32 @@ func removeIfExists(path string) error {
 func writeConfig(path string, cfg hf.Config) error {
 	var rope any // null: plain RoPE
 	if s := cfg.RopeScaling; s.Type != "" {
-		rope = map[string]any{
-			"rope_type":                        s.Type,
-			"factor":                           s.Factor,
-			"low_freq_factor":                  s.LowFreqFactor,
-			"high_freq_factor":                 s.HighFreqFactor,
-			"original_max_position_embeddings": s.OriginalMaxPositionEmbeddings,
+		r := map[string]any{"rope_type": s.Type, "factor": s.Factor}
+		switch s.Type {
+		case hf.Llama3Rope:
+			r["low_freq_factor"] = s.LowFreqFactor
+			r["high_freq_factor"] = s.HighFreqFactor
+			r["original_max_position_embeddings"] = s.OriginalMaxPositionEmbeddings
+		case hf.YarnRope: // the optional fields only where set, as the config had them
+			for key, v := range map[string]float64{
+				"attention_factor": s.AttentionFactor,
+				"beta_fast":        s.BetaFast,
+				"beta_slow":        s.BetaSlow,
+				"mscale":           s.Mscale,
+				"mscale_all_dim":   s.MscaleAllDim,
+			} {
+				if v != 0 {
+					r[key] = v
+				}
+			}
+			if s.OriginalMaxPositionEmbeddings != 0 {
+				r["original_max_position_embeddings"] = s.OriginalMaxPositionEmbeddings
+			}
+			if s.NoTruncate {
+				r["truncate"] = false
+			}
 		}
+		rope = r
 	}
 	var bos, eos any
 	if cfg.BOSTokenID >= 0 {

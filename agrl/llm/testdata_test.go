@@ -22,7 +22,7 @@ type variant struct {
 	shards int
 }
 
-// variants are the checkpoints in testdata/<name>: one of each family, Llama three times.
+// variants are the checkpoints in testdata/<name>: one of each family, and variations.
 func variants() []variant {
 	llama := Tiny(hf.Llama) // Llama 3 shaped, untied, plain RoPE
 
@@ -45,12 +45,31 @@ func variants() []variant {
 		AttentionBias: true, MLPBias: true,
 		BOSTokenID: -1, EOSTokenIDs: []int{0}, TorchDType: "float32",
 	}
+
+	// YaRN as Qwen2.5 and Qwen3 document it for long contexts (factor 4, the original context
+	// given, everything else default). With head_dim 16, theta 10⁶ and an original context of
+	// 4096 the band runs from pair 1 (floor of 1.75) to pair 4 (ceil of 3.75): pairs 0 and 1
+	// are kept, 2 and 3 blended by 1/3 and 2/3, 4 to 7 divided by 4; cos and sin are
+	// multiplied by 1 + 0.1·ln 4.
+	qwenYarn := Tiny(hf.Qwen2)
+	qwenYarn.MaxPositionEmbeddings = 16384
+	qwenYarn.RopeScaling = hf.RopeScaling{Type: hf.YarnRope, Factor: 4, OriginalMaxPositionEmbeddings: 4096}
+
+	// YaRN with every option: the original context left to max_position_embeddings (256),
+	// betas 16 and 2 (band from pair 0.57 to 1.84, not rounded), and DeepSeek's mscale pair
+	// for the attention factor (1 + 0.1·ln 8)/(1 + 0.05·ln 8).
+	llamaYarn := Tiny(hf.Llama)
+	llamaYarn.RopeScaling = hf.RopeScaling{Type: hf.YarnRope, Factor: 8, BetaFast: 16, BetaSlow: 2,
+		Mscale: 1, MscaleAllDim: 0.5, NoTruncate: true}
+
 	return []variant{
 		{"llama", llama, 1, 1},
 		{"llama3-tied", tied, 2, 1},
 		{"qwen2", Tiny(hf.Qwen2), 3, 1},
 		{"qwen3", Tiny(hf.Qwen3), 4, 1},
 		{"llama-sharded", sharded, 5, 2},
+		{"qwen2-yarn", qwenYarn, 6, 1},
+		{"llama-yarn", llamaYarn, 7, 1},
 	}
 }
 

@@ -25,10 +25,10 @@
 //
 // Logits and TokenStats take a batch of right-padded sequences, tokens [B, T] and lengths [B]
 // (Pad lays them out). The decoder is the one agrl/llm documents: RMSNorm, rotate-half RoPE
-// with the config's theta and llama3 scaling (hf.Config.InvFreq), grouped-query causal
-// attention that also masks each row's padding, q/k/v biases (Qwen2, Llama's attention_bias),
-// Qwen3's per-head q_norm and k_norm, the SwiGLU MLP (with Llama's mlp_bias), and a tied or
-// untied LM head. TokenStats has the contract of the Tiny model's scorer in agrl/learn: logp
+// with the config's theta and scaling (hf.Config.InvFreq and RopeAttentionFactor),
+// grouped-query causal attention that also masks each row's padding, q/k/v biases (Qwen2,
+// Llama's attention_bias), Qwen3's per-head q_norm and k_norm, the SwiGLU MLP (with Llama's
+// mlp_bias), and a tied or untied LM head. TokenStats has the contract of the Tiny model's scorer in agrl/learn: logp
 // and entropy [B, T-1] at an inverse temperature, position j about token j+1, plus a 0/1 mask of
 // the positions whose target is a real token (logp and entropy are 0 elsewhere).
 //

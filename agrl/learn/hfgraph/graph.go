@@ -298,15 +298,15 @@ func rmsNorm(x, w *graph.Node, eps float64) *graph.Node {
 func silu(x *graph.Node) *graph.Node { return graph.Mul(x, graph.Sigmoid(x)) }
 
 // ropeTables returns RoPE's cos and sin for positions 0 … t−1 as constants [1, t, 1, hd]:
-// dimensions i and i + hd/2 both turn by angle pos·invFreq[i] (computed in float64 and rounded
-// once, as agrl/llm does).
+// dimensions i and i + hd/2 both turn by angle pos·invFreq[i], cos and sin multiplied by
+// ropeScale (computed in float64 and rounded once, as agrl/llm does).
 func (m *Model) ropeTables(g *graph.Graph, t int) (cos, sin *graph.Node) {
 	hd := m.cfg.HeadDim
 	cs, sn := make([]float32, t*hd), make([]float32, t*hd)
 	for p := range t {
 		for i, f := range m.invFreq {
 			a := float64(p) * f
-			c, s := float32(math.Cos(a)), float32(math.Sin(a))
+			c, s := float32(m.ropeScale*math.Cos(a)), float32(m.ropeScale*math.Sin(a))
 			cs[p*hd+i], cs[p*hd+i+hd/2] = c, c
 			sn[p*hd+i], sn[p*hd+i+hd/2] = s, s
 		}

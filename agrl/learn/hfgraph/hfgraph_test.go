@@ -21,8 +21,9 @@ import (
 // testdata holds agrl/llm's tiny checkpoints (see its README.md).
 const testdata = "../../llm/testdata"
 
-// families are the checkpoints every test runs on: one of each family, Llama three times.
-var families = []string{"llama", "llama3-tied", "qwen2", "qwen3", "llama-sharded"}
+// families are the checkpoints every test runs on: one of each family, and variations (two
+// of them with YaRN RoPE scaling).
+var families = []string{"llama", "llama3-tied", "qwen2", "qwen3", "llama-sharded", "qwen2-yarn", "llama-yarn"}
 
 // testBackend is the backend of every test: $HFGRAPH_BACKEND, else the go backend with its
 // operations in sequence (its parallel modes hung on 2-core machines, docs/DESIGN.md).

@@ -47,6 +47,8 @@ type state struct {
 	store   *model.Store
 	scope   string
 	invFreq []float64
+	// ropeScale multiplies RoPE's cos and sin (1 but under YaRN).
+	ropeScale float64
 	// lora is the adapters' configuration (TargetModules in llm.LoRAModules order), nil
 	// without adapters.
 	lora *llm.LoRAConfig
@@ -107,7 +109,7 @@ func fromTensors(store *model.Store, scope string, cfg hf.Config, where string, 
 			return nil, fmt.Errorf("hfgraph: the store already holds a model under %s (%s)", scope, v.Path())
 		}
 	}
-	m := &Model{state: &state{cfg: cfg, store: store, scope: scope, invFreq: cfg.InvFreq(), dtype: dtype}}
+	m := &Model{state: &state{cfg: cfg, store: store, scope: scope, invFreq: cfg.InvFreq(), ropeScale: cfg.RopeAttentionFactor(), dtype: dtype}}
 	for _, spec := range cfg.Tensors() {
 		w, err := get(spec.Name)
 		if err != nil {
