@@ -40,6 +40,8 @@ type PretrainedLM struct {
 	// weights is the base weights' storage on the backend (Weights): "", "float32" or
 	// "bfloat16".
 	weights string
+	// chatFormat names the chat format (ChatFormat); "" means the model's own template's.
+	chatFormat string
 }
 
 // Pretrained names the model directory (config.json, model.safetensors or sharded weights with
@@ -119,6 +121,21 @@ func (p PretrainedLM) MicroBatch(n int) PretrainedLM { p.micro = n; return p }
 // own default, if any).
 func (p PretrainedLM) System(s string) PretrainedLM { p.system = s; return p }
 
+// ChatFormats are the names PretrainedLM.ChatFormat takes: the chat and tool-call formats of
+// agrl/chat (chat.ByName), "llama3", "qwen2.5", "qwen3" and "qwen3-no-thinking" (Qwen3 with
+// enable_thinking=false: the generation prompt holds an empty think block).
+func ChatFormats() []string { return []string{"llama3", "qwen2.5", "qwen3", "qwen3-no-thinking"} }
+
+// ChatFormat sets the chat and tool-call format the model talks (one of ChatFormats) instead
+// of the one its chat template names. By default ("") the format is the one whose template
+// tokenizer_config.json holds, byte for byte (agrl/chat is verified against the templates of
+// Qwen2.5, Qwen3 and Llama 3.2 Instruct), or, without a template, the family's; an unknown
+// template is then an error. Name the format such a model was tuned on: "llama3" for Llama
+// 3.1 and 3.3 Instruct (whose templates differ from 3.2's only in built-in tools and the
+// date), "qwen2.5" or "qwen3" for their variants; "qwen3-no-thinking" also turns Qwen3's
+// reasoning off (shorter turns). It changes the token layout trained on, so a resume keeps it.
+func (p PretrainedLM) ChatFormat(name string) PretrainedLM { p.chatFormat = name; return p }
+
 // PretrainedSpec is every setting of a PretrainedLM, for the learner.
 type PretrainedSpec struct {
 	Dir        string
@@ -131,17 +148,19 @@ type PretrainedSpec struct {
 	Full bool
 	// Weights is the base weights' storage: "" or "float32", or "bfloat16" (PretrainedLM.Weights).
 	Weights string
+	// ChatFormat names the chat format (PretrainedLM.ChatFormat); "" means the template's.
+	ChatFormat string
 }
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
 	return PretrainedSpec{Dir: p.dir, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full, Weights: p.weights,
-		LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
+		ChatFormat: p.chatFormat, LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
 // Validate reports every problem at once: no directory, a directory without config.json (or
-// with one of an unsupported architecture), invalid LoRA settings, micro-batch, decoding or
-// weights dtype.
+// with one of an unsupported architecture), invalid LoRA settings, micro-batch, decoding,
+// weights dtype or chat format.
 func (p PretrainedLM) Validate() error {
 	var errs []error
 	switch {
@@ -180,6 +199,9 @@ func (p PretrainedLM) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("weights %q; want \"float32\" or \"bfloat16\"", p.weights))
 	}
+	if p.chatFormat != "" && !slices.Contains(ChatFormats(), p.chatFormat) {
+		errs = append(errs, fmt.Errorf("chat format %q; want one of %s (or \"\": the model's own template's)", p.chatFormat, strings.Join(ChatFormats(), ", ")))
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("agrl: invalid pretrained policy: %w", errors.Join(errs...))
 	}
@@ -211,11 +233,15 @@ type PretrainedRecord struct {
 	// Weights is the base weights' storage ("bfloat16"; empty for float32). It changes what is
 	// computed for a float32 checkpoint (its weights are rounded), so a resume keeps it.
 	Weights string `json:"weights,omitempty"`
+	// ChatFormat is the chat format chosen by name (empty: the model's template's); it is
+	// the token layout trained on, so a resume keeps it.
+	ChatFormat string `json:"chat_format,omitempty"`
 }
 
 func (p PretrainedLM) record() *PretrainedRecord {
 	r := &PretrainedRecord{Model: p.dir, Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout,
-		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro}
+		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro,
+		ChatFormat: p.chatFormat}
 	if p.weights == "bfloat16" {
 		r.Weights = p.weights
 	}

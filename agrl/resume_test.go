@@ -121,6 +121,26 @@ func TestPretrainedWeightsResume(t *testing.T) {
 	}
 }
 
+// TestPretrainedChatFormatResume: the chat format is the token layout trained on, so a resume
+// cannot change it; a bad name is a validation error that lists the known ones.
+func TestPretrainedChatFormatResume(t *testing.T) {
+	cfg, err := asMap(toyGRPO().Pretrained(Pretrained("models/m")).Resolved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding, _, err := toyGRPO().Pretrained(Pretrained("models/m").ChatFormat("llama3")).ResumeChanges(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ModelChanges(binding); len(m) != 1 || m[0].Setting != "pretrained.chat_format" {
+		t.Errorf("model changes %v, want pretrained.chat_format alone", m)
+	}
+	err = Pretrained(t.TempDir()).ChatFormat("chatml").Validate()
+	if err == nil || !strings.Contains(err.Error(), `chat format "chatml"; want one of llama3, qwen2.5, qwen3, qwen3-no-thinking`) {
+		t.Errorf("bad chat format: %v", err)
+	}
+}
+
 // asMap is a configuration as config.json stores it, decoded.
 func asMap(v any) (map[string]any, error) {
 	b, err := json.Marshal(v)

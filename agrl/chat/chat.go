@@ -55,7 +55,8 @@ type ToolCall struct {
 // empty), and Llama 3's writes <|eot_id|> after a call where Llama 3.1 may sample <|eom_id|>.
 // Training on the sampled tokens (token in, token out) is exact either way.
 type Format interface {
-	// Name is the format's short name: "qwen2.5", "qwen3" or "llama3".
+	// Name is the format's short name: "qwen2.5", "qwen3", "qwen3-no-thinking" (Qwen3 with
+	// Thinking(false)) or "llama3". ByName(f.Name()) is f.
 	Name() string
 	// Render writes msgs as the model's chat template does, with the tools described in the
 	// system or first user message as the template places them (none when tools is empty),
@@ -270,27 +271,64 @@ var knownTemplates = map[string]func() Format{
 	llama32TemplateSHA: func() Format { return Llama3() },
 }
 
+// ByName returns the format of a short name (Format.Name): one of agrl.ChatFormats(). It
+// is how a run chooses the format of a model whose chat template ForTemplate does not know
+// (agrl.PretrainedLM.ChatFormat): Llama 3.1 and 3.3 Instruct take "llama3", Qwen2.5's
+// variants "qwen2.5", Qwen3's instruct-only releases "qwen3" or "qwen3-no-thinking".
+func ByName(name string) (Format, error) {
+	switch name {
+	case "qwen2.5":
+		return Qwen25(), nil
+	case "qwen3":
+		return Qwen3(), nil
+	case "qwen3-no-thinking":
+		return Qwen3().Thinking(false), nil
+	case "llama3":
+		return Llama3(), nil
+	}
+	return nil, fmt.Errorf("chat: unknown format %q (known: %s)", name, strings.Join(agrl.ChatFormats(), ", "))
+}
+
 // ForTemplate returns the format of a tokenizer_config.json chat_template: one of the
-// templates this package is verified against (testdata/), compared byte for byte. For
-// another template it returns an error that names the family it resembles; if that family's
-// tool format is the same, use its constructor directly (Llama 3.1 and 3.3 Instruct, whose
-// templates differ from 3.2's in built-in tools and the date, take Llama3()).
+// templates this package is verified against (testdata/), compared byte for byte. Another
+// template is an *UnknownTemplateError that names the format it resembles; if the model was
+// tuned on that format, use it by name (ByName; Llama 3.1 and 3.3 Instruct, whose templates
+// differ from 3.2's in built-in tools and the date, take "llama3").
 func ForTemplate(chatTemplate string) (Format, error) {
 	sum := sha256.Sum256([]byte(chatTemplate))
 	h := hex.EncodeToString(sum[:])
 	if f, ok := knownTemplates[h]; ok {
 		return f(), nil
 	}
-	guess := "no family this package knows"
+	e := &UnknownTemplateError{SHA256: h}
 	switch {
 	case strings.Contains(chatTemplate, "<|start_header_id|>"):
-		guess = "Llama 3 (chat.Llama3)"
+		e.Resembles = "llama3"
 	case strings.Contains(chatTemplate, "<tool_call>") && strings.Contains(chatTemplate, "<think>"):
-		guess = "Qwen3 (chat.Qwen3)"
+		e.Resembles = "qwen3"
 	case strings.Contains(chatTemplate, "<tool_call>"):
-		guess = "Qwen2.5 (chat.Qwen25)"
+		e.Resembles = "qwen2.5"
 	}
-	return nil, fmt.Errorf("chat: unverified chat template (sha256 %s…); it resembles %s", h[:12], guess)
+	return nil, e
+}
+
+// UnknownTemplateError is ForTemplate's error for a chat template this package is not
+// verified against.
+type UnknownTemplateError struct {
+	// SHA256 is the template's digest, in hex.
+	SHA256 string
+	// Resembles names the format (ByName) whose markers the template uses: "llama3", "qwen3"
+	// or "qwen2.5"; "" when none.
+	Resembles string
+}
+
+// Error says the template is unverified and which format it resembles.
+func (e *UnknownTemplateError) Error() string {
+	guess := "no family this package knows"
+	if e.Resembles != "" {
+		guess = fmt.Sprintf("the %q format", e.Resembles)
+	}
+	return fmt.Sprintf("chat: unverified chat template (sha256 %s…); it resembles %s", e.SHA256[:12], guess)
 }
 
 // pySpace reports whether Python's str.isspace holds for r: Unicode White_Space and the

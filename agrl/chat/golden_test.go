@@ -2,6 +2,7 @@ package chat
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,5 +130,31 @@ func TestForTemplate(t *testing.T) {
 	}
 	if _, err := ForTemplate("{{ messages }}"); err == nil || !strings.Contains(err.Error(), "no family") {
 		t.Errorf("unrelated template: %v", err)
+	}
+}
+
+// ByName knows every name agrl.ChatFormats lists and gives it back as Name; an unknown name
+// is an error listing them. An unknown template's error names the format it resembles.
+func TestByName(t *testing.T) {
+	for _, name := range agrl.ChatFormats() {
+		f, err := ByName(name)
+		if err != nil || f.Name() != name {
+			t.Errorf("ByName(%q) = %v, %v", name, f, err)
+		}
+	}
+	if f, _ := ByName("qwen3-no-thinking"); !strings.HasSuffix(f.GenerationPrompt(), "<think>\n\n</think>\n\n") {
+		t.Errorf("qwen3-no-thinking: generation prompt %q", f.GenerationPrompt())
+	}
+	if _, err := ByName("chatml"); err == nil || !strings.Contains(err.Error(), `unknown format "chatml" (known: llama3, qwen2.5, qwen3, qwen3-no-thinking)`) {
+		t.Errorf("ByName(chatml): %v", err)
+	}
+	data, err := os.ReadFile(filepath.Join("testdata", "llama3_2.jinja"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ForTemplate(strings.Replace(string(data), "26 Jul 2024", "23 Jul 2024", 1))
+	var unknown *UnknownTemplateError
+	if !errors.As(err, &unknown) || unknown.Resembles != "llama3" || len(unknown.SHA256) != 64 {
+		t.Errorf("edited Llama template: %v", err)
 	}
 }

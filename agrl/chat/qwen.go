@@ -60,7 +60,10 @@ func (q QwenFormat) Thinking(on bool) QwenFormat {
 
 // Name is "qwen2.5" or "qwen3".
 func (q QwenFormat) Name() string {
-	if q.v3 {
+	switch {
+	case q.v3 && q.noThinking:
+		return "qwen3-no-thinking"
+	case q.v3:
 		return "qwen3"
 	}
 	return "qwen2.5"

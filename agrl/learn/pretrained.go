@@ -2,6 +2,7 @@ package learn
 
 import (
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/chat"
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/learn/hfgraph"
 	"agrl.dev/agrl/llm"
@@ -131,9 +132,26 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		return nil, err
 	}
 	s := p.Spec()
-	pol, err := agent.Load(s.Dir)
-	if err != nil {
-		return nil, fmt.Errorf("agrl: loading %s: %w", s.Dir, err)
+	var pol *agent.Policy
+	if s.ChatFormat != "" {
+		f, err := chat.ByName(s.ChatFormat)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: %w", err)
+		}
+		pol, err = agent.LoadFormat(s.Dir, f)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: loading %s: %w", s.Dir, err)
+		}
+	} else {
+		var err error
+		if pol, err = agent.Load(s.Dir); err != nil {
+			var unknown *chat.UnknownTemplateError
+			if errors.As(err, &unknown) {
+				return nil, fmt.Errorf("agrl: loading %s: %w; name the format the model was tuned on with PretrainedLM.ChatFormat (agrl train -chat-format): one of %s",
+					s.Dir, err, strings.Join(agrl.ChatFormats(), ", "))
+			}
+			return nil, fmt.Errorf("agrl: loading %s: %w", s.Dir, err)
+		}
 	}
 	if s.System != "" {
 		pol = pol.System(s.System)
@@ -938,6 +956,9 @@ type pretrainedJSON struct {
 	// Weights is "bfloat16" when the base weights were kept so (agrl.PretrainedLM.Weights): the
 	// model the adapters were trained on.
 	Weights string `json:"weights,omitempty"`
+	// ChatFormat is the chat format chosen by name (agrl.PretrainedLM.ChatFormat; empty: the
+	// model's template's).
+	ChatFormat string `json:"chat_format,omitempty"`
 }
 
 // Save writes the adapters (with full fine-tuning, the whole model as a Hugging Face model
@@ -956,7 +977,7 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	}
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.spec.Dir, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
-		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full}
+		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
 	if p.graph.DType() == dtypes.BFloat16 {
 		meta.Weights = "bfloat16"
 	}
@@ -1086,9 +1107,9 @@ func LoadModel(dir, backend string) (Model, error) {
 		return LoadPolicy(dir, backend)
 	}
 	spec := agrl.Pretrained(meta.Model).LoRA(meta.Rank, meta.Alpha).Targets(meta.Targets...).Dropout(meta.Dropout).
-		System(meta.System).Backend(backend).Weights(meta.Weights)
+		System(meta.System).Backend(backend).Weights(meta.Weights).ChatFormat(meta.ChatFormat)
 	if meta.Full {
-		spec = agrl.Pretrained(meta.Model).Full().System(meta.System).Backend(backend)
+		spec = agrl.Pretrained(meta.Model).Full().System(meta.System).Backend(backend).ChatFormat(meta.ChatFormat)
 	}
 	if meta.MicroBatch > 0 {
 		spec = spec.MicroBatch(meta.MicroBatch)

@@ -222,10 +222,15 @@ func TestTrainPretrainedFull(t *testing.T) {
 		{"train", "--full", "--out", filepath.Join(t.TempDir(), "y")},
 		{"train", "--decoding", "graph", "--out", filepath.Join(t.TempDir(), "z")},
 		{"train", "--weights", "bfloat16", "--out", filepath.Join(t.TempDir(), "w")},
+		{"train", "--chat-format", "llama3", "--out", filepath.Join(t.TempDir(), "c")},
 	} {
 		if code, _, stderr := runCLI(bad...); code != 2 || !strings.Contains(stderr, "appl") {
 			t.Errorf("%v: exit %d, want 2: %s", bad, code, stderr)
 		}
+	}
+	code, _, stderr = runCLI("train", "--model", fixture, "--chat-format", "chatml", "--out", filepath.Join(t.TempDir(), "v"))
+	if code != 2 || !strings.Contains(stderr, `chat format "chatml"; want one of llama3, qwen2.5, qwen3, qwen3-no-thinking`) {
+		t.Errorf("--chat-format chatml: exit %d, want 2: %s", code, stderr)
 	}
 }
 

@@ -51,6 +51,7 @@ type trainFlags struct {
 	loraAlpha       float64
 	full            bool   // -full: train every weight of the -model, not LoRA adapters
 	decoding        string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
+	chatFormat      string // -chat-format: the -model's chat format by name (agrl.PretrainedLM.ChatFormat)
 	weights         string // -weights: the -model's base weights' storage (agrl.PretrainedLM.Weights)
 	// given lists the flags that args set explicitly, each between "|" (a string, so that
 	// trainFlags stays comparable: the sweep keys maps by it).
@@ -189,6 +190,7 @@ func (f *trainFlags) register(fs interface {
 	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
 	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
 	fs.BoolVar(&f.full, "full", false, "fully fine-tune the -model (every weight trained, no LoRA adapters; for small models: 16 bytes a parameter for the weights, gradients and AdamW, plus copies for the sampler and the KL reference); checkpoints are then whole model directories")
+	fs.StringVar(&f.chatFormat, "chat-format", "", "the chat and tool-call format a -model talks, for a model whose chat template agrl does not know byte for byte: "+strings.Join(agrl.ChatFormats(), ", ")+` (Llama 3.1 and 3.3 Instruct: llama3; qwen3-no-thinking turns Qwen3's reasoning off); default: the model's own template's`)
 	fs.StringVar(&f.decoding, "decoding", "", `where a -model's rollouts run: "host" (agrl/llm's KV cache and kernels, the fastest on a CPU) or "graph" (the model's graph on the -backend, KV caches in its memory: on a GPU, sampling runs there); default host on the go backend, graph on any other`)
 	fs.StringVar(&f.weights, "weights", "", `the dtype a -model's frozen base weights are kept in on the -backend: "float32" (default) or "bfloat16" (half the memory; computed in float32 from the rounded values; LoRA only)`)
 	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
@@ -296,7 +298,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights)
+		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat)
 		if f.full {
 			for _, name := range []string{"lora-rank", "lora-alpha"} {
 				if strings.Contains(f.given, "|"+name+"|") {
@@ -314,7 +316,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			f.sftSteps = 0
 		}
 	} else {
-		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "decoding", "weights"} {
+		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "decoding", "weights", "chat-format"} {
 			if strings.Contains(f.given, "|"+name+"|") {
 				errs = append(errs, fmt.Errorf("-%s applies to a pretrained -model only", name))
 			}
