@@ -25,7 +25,9 @@ import (
 // token-out). The defaults are PEFT's usual choice for RL fine-tuning: rank 16, alpha 32, no
 // dropout, every linear projection of every layer (q, k, v, o, gate, up, down).
 type PretrainedLM struct {
+	// dir is the model directory, or a hub id when hub is set.
 	dir     string
+	hub     bool
 	rank    int
 	alpha   float64
 	dropout float64
@@ -44,16 +46,34 @@ type PretrainedLM struct {
 	chatFormat string
 }
 
-// Pretrained names the model directory (config.json, model.safetensors or sharded weights with
-// their index, tokenizer.json, and tokenizer_config.json with the chat template) of the
-// pretrained policy; a relative path is made absolute, so that a run records (and resumes
-// with) the same model whatever the working directory. No model hub is contacted: download the model first (for instance
-// `huggingface-cli download Qwen/Qwen3-0.6B --local-dir models/Qwen3-0.6B`).
-func Pretrained(dir string) PretrainedLM {
-	if abs, err := filepath.Abs(dir); err == nil && dir != "" {
-		dir = abs // recorded in config.json and checkpoints: the same model from any directory
+// Pretrained names the pretrained policy's model: a model directory (config.json,
+// model.safetensors or sharded weights with their index, tokenizer.json, and
+// tokenizer_config.json with the chat template), or, when no such path exists, a Hugging Face
+// hub id such as "Qwen/Qwen3-0.6B". A relative directory is made absolute, so that a run
+// records (and resumes with) the same model whatever the working directory. A hub id is
+// recorded as it is and downloaded when the learner loads the model (hf.Download: once, into
+// $AGRL_HUB_CACHE or the user cache directory's agrl/hub; HF_ENDPOINT and HF_TOKEN apply;
+// progress on stderr), so that later loads, resumes included, read the cached copy without
+// the network. Building the value contacts nothing.
+func Pretrained(model string) PretrainedLM {
+	p := PretrainedLM{dir: model, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8}
+	if _, err := os.Stat(model); err != nil && hf.IsHubID(model) {
+		p.hub = true
+		return p
 	}
-	return PretrainedLM{dir: dir, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8}
+	if abs, err := filepath.Abs(model); err == nil && model != "" {
+		p.dir = abs // recorded in config.json and checkpoints: the same model from any directory
+	}
+	return p
+}
+
+// modelDir is the directory whose config.json describes the model: dir itself, or for a hub
+// id its cached download (ok false when it has not been downloaded yet).
+func (p PretrainedLM) modelDir() (dir string, ok bool) {
+	if p.hub {
+		return hf.Cached(p.dir, hf.HubOptions{})
+	}
+	return p.dir, true
 }
 
 // LoRA sets the adapters' rank r and alpha (their output is scaled by alpha/r), and trains
@@ -138,7 +158,10 @@ func (p PretrainedLM) ChatFormat(name string) PretrainedLM { p.chatFormat = name
 
 // PretrainedSpec is every setting of a PretrainedLM, for the learner.
 type PretrainedSpec struct {
+	// Dir is the model directory, or with Hub set a hub id, which the learner downloads
+	// (hf.Download) and then loads from the cache.
 	Dir        string
+	Hub        bool
 	LoRA       llm.LoRAConfig
 	Backend    string
 	Decoding   string // "", "host" or "graph" (see PretrainedLM.Decoding)
@@ -154,7 +177,7 @@ type PretrainedSpec struct {
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
-	return PretrainedSpec{Dir: p.dir, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full, Weights: p.weights,
+	return PretrainedSpec{Dir: p.dir, Hub: p.hub, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full, Weights: p.weights,
 		ChatFormat: p.chatFormat, LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
@@ -167,11 +190,14 @@ func (p PretrainedLM) Validate() error {
 	case strings.TrimSpace(p.dir) == "":
 		errs = append(errs, errors.New("no model directory"))
 	default:
-		if _, err := hf.LoadConfig(filepath.Join(p.dir, "config.json")); err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				err = fmt.Errorf("%s is not a Hugging Face model directory (no config.json); download the model there first", p.dir)
+		// A hub id not downloaded yet is checked when the learner has downloaded it.
+		if dir, ok := p.modelDir(); ok {
+			if _, err := hf.LoadConfig(filepath.Join(dir, "config.json")); err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					err = fmt.Errorf("%s is not a Hugging Face model directory (no config.json); download the model there first, or name it by hub id (owner/name)", dir)
+				}
+				errs = append(errs, err)
 			}
-			errs = append(errs, err)
 		}
 	}
 	switch {
@@ -248,8 +274,10 @@ func (p PretrainedLM) record() *PretrainedRecord {
 	if p.full {
 		r.Full, r.Rank, r.Alpha, r.Dropout, r.Targets = true, 0, 0, 0, nil
 	}
-	if c, err := hf.LoadConfig(filepath.Join(p.dir, "config.json")); err == nil {
-		r.Architecture, r.Layers, r.Hidden, r.Vocab = c.Architecture, c.NumHiddenLayers, c.HiddenSize, c.VocabSize
+	if dir, ok := p.modelDir(); ok {
+		if c, err := hf.LoadConfig(filepath.Join(dir, "config.json")); err == nil {
+			r.Architecture, r.Layers, r.Hidden, r.Vocab = c.Architecture, c.NumHiddenLayers, c.HiddenSize, c.VocabSize
+		}
 	}
 	return r
 }

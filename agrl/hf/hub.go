@@ -1,6 +1,7 @@
 package hf
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -109,20 +110,13 @@ func Download(ctx context.Context, id string, opt HubOptions) (string, error) {
 	if u, _ := url.Parse(opt.Endpoint); opt.Token != "" && u.Scheme == "http" && !isLoopback(u.Hostname()) {
 		return "", fmt.Errorf("hf: refusing to send the hub token over plain http to %s (use https)", u.Host)
 	}
-	if opt.CacheDir == "" {
-		opt.CacheDir = os.Getenv("AGRL_HUB_CACHE")
-	}
-	if opt.CacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("hf: no cache directory for hub downloads (set AGRL_HUB_CACHE): %w", err)
-		}
-		opt.CacheDir = filepath.Join(base, "agrl", "hub")
+	dir, err := cacheDir(id, &opt)
+	if err != nil {
+		return "", err
 	}
 	if opt.Client == nil {
 		opt.Client = &http.Client{}
 	}
-	dir := filepath.Join(opt.CacheDir, strings.ReplaceAll(id, "/", "--"), opt.Revision)
 	if _, err := os.Stat(filepath.Join(dir, hubComplete)); err == nil {
 		return dir, nil
 	}
@@ -171,6 +165,42 @@ func Download(ctx context.Context, id string, opt HubOptions) (string, error) {
 		return "", fmt.Errorf("hf: %w", err)
 	}
 	return dir, nil
+}
+
+// cacheDir returns the directory Download keeps model id in, filling opt's CacheDir and
+// Revision with their defaults.
+func cacheDir(id string, opt *HubOptions) (string, error) {
+	if opt.Revision == "" {
+		opt.Revision = "main"
+	}
+	if opt.CacheDir == "" {
+		opt.CacheDir = os.Getenv("AGRL_HUB_CACHE")
+	}
+	if opt.CacheDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("hf: no cache directory for hub downloads (set AGRL_HUB_CACHE): %w", err)
+		}
+		opt.CacheDir = filepath.Join(base, "agrl", "hub")
+	}
+	return filepath.Join(opt.CacheDir, strings.ReplaceAll(id, "/", "--"), opt.Revision), nil
+}
+
+// Cached returns the directory of model id if Download has finished fetching it into the
+// cache opt names (its CacheDir and Revision, or their defaults), without contacting the hub;
+// ok is false when it has not.
+func Cached(id string, opt HubOptions) (dir string, ok bool) {
+	if rev := cmp.Or(opt.Revision, "main"); !IsHubID(id) || !revPattern.MatchString(rev) || strings.Contains(rev, "..") {
+		return "", false
+	}
+	dir, err := cacheDir(id, &opt)
+	if err != nil {
+		return "", false
+	}
+	if _, err := os.Stat(filepath.Join(dir, hubComplete)); err != nil {
+		return "", false
+	}
+	return dir, true
 }
 
 // isLoopback reports whether host names this machine (a local mirror or a test server).

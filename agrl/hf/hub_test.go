@@ -126,11 +126,20 @@ func TestDownload(t *testing.T) {
 		t.Errorf("progress reported %v, want every file, the shards included", progress)
 	}
 
-	// Reused without the hub.
+	// Reused without the hub; Cached finds it (and only it, and only at its revision).
 	before := len(hub.requests)
 	srv.Close()
-	if _, err := Download(ctx, "agrl/qwen3", opt); err != nil {
+	got, err := Download(ctx, "agrl/qwen3", opt)
+	if err != nil {
 		t.Fatalf("a finished download, hub down: %v", err)
+	}
+	if dir, ok := Cached("agrl/qwen3", HubOptions{CacheDir: cache}); !ok || dir != got {
+		t.Errorf("Cached(agrl/qwen3) = %q, %v; want %q", dir, ok, got)
+	}
+	for _, c := range []struct{ id, rev string }{{"agrl/gated", ""}, {"agrl/qwen3", "v2"}, {"agrl/qwen3", "../main"}, {"not an id", ""}} {
+		if dir, ok := Cached(c.id, HubOptions{CacheDir: cache, Revision: c.rev}); ok {
+			t.Errorf("Cached(%q, revision %q) = %q, want none", c.id, c.rev, dir)
+		}
 	}
 	if len(hub.requests) != before {
 		t.Error("a finished download contacted the hub")

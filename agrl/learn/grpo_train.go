@@ -87,11 +87,17 @@ var SFTCheckpointEvery = 2 * time.Minute
 // config_history.jsonl. A directory whose earlier start stopped before its first checkpoint
 // (that checkpoint is taken right after the warm start, and during it every
 // SFTCheckpointEvery) starts afresh. config.json is written only once the run can start: after
-// the starting policy has loaded.
+// the starting policy has loaded. A pretrained model named by hub id is downloaded first
+// (progress on stderr), so that the settings are checked and recorded against its files.
 func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 	backend := g.Spec().LM.Spec().Backend
 	if p := g.Spec().Pretrained; p != nil {
 		backend = p.Spec().Backend
+		if s := p.Spec(); s.Hub {
+			if _, err := fetchHub(s.Dir, os.Stderr); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := errors.Join(g.Validate(), backendProblem(backend)); err != nil {
 		return nil, err

@@ -8,9 +8,11 @@ import (
 	"agrl.dev/agrl/llm"
 	"agrl.dev/agrl/llm/agent"
 
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -52,7 +54,11 @@ import (
 //
 // Make one with LoadPretrained; a GRPO run with GRPO.Pretrained makes its own.
 type PretrainedPolicy struct {
+	// spec's Dir is the model directory (a hub id's is its download); model names the model
+	// as agrl.Pretrained was given it (a directory or a hub id), which checkpoints and the
+	// adapters' base_model_name_or_path record.
 	spec          agrl.PretrainedSpec
+	model         string
 	cfg           hf.Config
 	base          *llm.Model    // the checkpoint's weights on the host, for sampling
 	agent         *agent.Policy // the base model in its chat format (no adapters)
@@ -132,6 +138,14 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		return nil, err
 	}
 	s := p.Spec()
+	modelName := s.Dir
+	if s.Hub {
+		dir, err := fetchHub(s.Dir, os.Stderr)
+		if err != nil {
+			return nil, err
+		}
+		s.Dir, s.Hub = dir, false
+	}
 	var pol *agent.Policy
 	if s.ChatFormat != "" {
 		f, err := chat.ByName(s.ChatFormat)
@@ -175,7 +189,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		return nil, err
 	}
 	bc, _ := ParseBackend(s.Backend)
-	pp := &PretrainedPolicy{spec: s, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
+	pp := &PretrainedPolicy{spec: s, model: modelName, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
 		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed,
 		full: s.Full, frozen: map[string]*pretrainedFrozen{}, decoders: map[string]*graphDecoder{},
 		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && bc.Name != "go")}
@@ -212,7 +226,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		if pp.host, err = pp.graph.Adapters(pp.base); err != nil {
 			return nil, err
 		}
-		pp.host.BaseModel = s.Dir
+		pp.host.BaseModel = modelName
 	}
 	if ckdir == "" {
 		return pp, nil
@@ -230,6 +244,45 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	pp.loaded = info
 	return pp, nil
+}
+
+// fetchHub downloads hub model id (agrl.Pretrained("owner/name")) into the hub cache, unless
+// it is there already, and returns its directory. Progress goes to w as plain lines (a
+// notebook's output shows them as they come): each file when it starts and ends, and a large
+// one's size so far every few seconds.
+func fetchHub(id string, w io.Writer) (string, error) {
+	if dir, ok := hf.Cached(id, hf.HubOptions{}); ok {
+		return dir, nil
+	}
+	var file string // the file being reported, and whether its end was
+	var ended bool
+	var last time.Time
+	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+	dir, err := hf.Download(context.Background(), id, hf.HubOptions{Progress: func(name string, done, total int64) {
+		switch {
+		case name != file:
+			file, ended, last = name, false, time.Now()
+			fmt.Fprintf(w, "downloading %s: %s\n", id, name)
+			if done != total {
+				return
+			}
+		case ended || done != total && time.Since(last) < 5*time.Second:
+			return
+		}
+		ended, last = done == total, time.Now()
+		switch {
+		case done == total:
+			fmt.Fprintf(w, "downloading %s: %s: done, %s\n", id, name, mb(done))
+		case total > 0:
+			fmt.Fprintf(w, "downloading %s: %s: %s of %s\n", id, name, mb(done), mb(total))
+		default:
+			fmt.Fprintf(w, "downloading %s: %s: %s\n", id, name, mb(done))
+		}
+	}})
+	if err != nil {
+		return "", fmt.Errorf("agrl: model %s: no such directory, and as a hub id: %w", id, err)
+	}
+	return dir, nil
 }
 
 // bf16Rounded returns m with every weight rounded to the nearest bfloat16 (ties to even), or m
@@ -975,7 +1028,7 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	if err := p.syncHost(); err != nil {
 		return "", err
 	}
-	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.spec.Dir, Arch: p.cfg.Architecture,
+	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.model, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
 	if p.graph.DType() == dtypes.BFloat16 {
@@ -1057,7 +1110,7 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 		if err := p.graph.SetAdapters(a); err != nil {
 			return meta, err
 		}
-		a.BaseModel = p.spec.Dir
+		a.BaseModel = p.model
 	}
 	f, err := hf.Open(filepath.Join(ckdir, optimizerFile))
 	if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -324,6 +325,35 @@ func TestTrainPretrainedFromHub(t *testing.T) {
 	n := requests
 	if code, _, stderr := runCLI(args(filepath.Join(t.TempDir(), "b"))...); code != 0 || requests != n {
 		t.Fatalf("a second run with the hub gone: exit %d, %d more requests: %s", code, requests-n, stderr)
+	}
+	// The run records the hub id (and the architecture read from the download), as do its
+	// checkpoint and adapters; eval and export find the model in the cache with the hub gone.
+	var cfg struct {
+		Pretrained struct{ Model, Architecture string } `json:"pretrained"`
+	}
+	out := filepath.Join(t.TempDir(), "d")
+	if code, _, stderr := runCLI(args(out)...); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(out, "config.json"))), &cfg); err != nil ||
+		cfg.Pretrained.Model != "agrl/tiny-qwen3" || cfg.Pretrained.Architecture != "Qwen3ForCausalLM" {
+		t.Errorf("config.json records %+v (%v), want the hub id and Qwen3ForCausalLM", cfg.Pretrained, err)
+	}
+	if code, _, stderr := runCLI("eval", "--run", out, "--split", "test", "--n", "1"); code != 0 {
+		t.Errorf("eval with the hub gone: exit %d: %s", code, stderr)
+	}
+	peft := filepath.Join(t.TempDir(), "peft")
+	if code, _, stderr := runCLI("model", "export", "-run", out, "-out", peft); code != 0 {
+		t.Fatalf("export with the hub gone: exit %d: %s", code, stderr)
+	}
+	var ac struct {
+		Base string `json:"base_model_name_or_path"`
+	}
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(peft, "adapter_config.json"))), &ac); err != nil || ac.Base != "agrl/tiny-qwen3" {
+		t.Errorf("adapter_config.json base_model_name_or_path %q (%v), want the hub id", ac.Base, err)
+	}
+	if requests != n {
+		t.Errorf("%d requests to the gone hub", requests-n)
 	}
 	if code, _, stderr := runCLI(append(args(filepath.Join(t.TempDir(), "c")), "--model", "agrl/absent")...); code == 0 || !strings.Contains(stderr, "agrl/absent") {
 		t.Errorf("an id the hub cannot serve: exit %d: %s", code, stderr)

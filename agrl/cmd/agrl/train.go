@@ -294,11 +294,12 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 				errs = append(errs, fmt.Errorf("-%s does not apply to a pretrained -model", name))
 			}
 		}
-		dir, err := modelDir(f.model, stderr)
-		if err != nil {
+		// A hub id is downloaded here, with a progress line, and recorded as the id: the
+		// learner then finds the download in the cache.
+		if _, err := modelDir(f.model, stderr); err != nil {
 			errs = append(errs, err)
 		}
-		p := agrl.Pretrained(dir).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat)
+		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat)
 		if f.full {
 			for _, name := range []string{"lora-rank", "lora-alpha"} {
 				if strings.Contains(f.given, "|"+name+"|") {
