@@ -3,8 +3,6 @@ package learn
 import (
 	"bytes"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,24 +11,14 @@ import (
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
 	"agrl.dev/envs/calc"
+	"agrl.dev/internal/hubtest"
 )
 
 // agrl.Pretrained takes a hub id: building the value and validating it contact nothing; the
 // learner downloads the model once (progress as lines), a run records the id and the
 // architecture read from the download, and resumes from the cache with the hub gone.
 func TestPretrainedFromHub(t *testing.T) {
-	src := tinyQwen3(t)
-	var requests int
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests++
-		name, ok := strings.CutPrefix(r.URL.Path, "/agrl/tiny-qwen3/resolve/main/")
-		if !ok || strings.Contains(name, "/") {
-			http.NotFound(w, r)
-			return
-		}
-		http.ServeFile(w, r, filepath.Join(src, name))
-	}))
-	defer srv.Close()
+	srv := hubtest.Serve(t, map[string]string{"agrl/tiny-qwen3": tinyQwen3(t)})
 	t.Setenv("HF_ENDPOINT", srv.URL)
 	t.Setenv("AGRL_HUB_CACHE", t.TempDir())
 
@@ -38,8 +26,8 @@ func TestPretrainedFromHub(t *testing.T) {
 	if s := p.Spec(); !s.Hub || s.Dir != "agrl/tiny-qwen3" {
 		t.Fatalf("spec %+v: want the hub id", s)
 	}
-	if err := p.Validate(); err != nil || requests != 0 {
-		t.Fatalf("Validate before the download: %v, %d requests", err, requests)
+	if err := p.Validate(); err != nil || srv.Requests() != 0 {
+		t.Fatalf("Validate before the download: %v, %d requests", err, srv.Requests())
 	}
 	var progress bytes.Buffer
 	dir, err := fetchHub("agrl/tiny-qwen3", &progress)
@@ -73,13 +61,13 @@ func TestPretrainedFromHub(t *testing.T) {
 		t.Fatalf("config.json records %+v (%v)", cfg.Pretrained, err)
 	}
 	srv.Close()
-	n := requests
+	n := srv.Requests()
 	tr, err := Build(g)
 	if err != nil {
 		t.Fatalf("resume with the hub gone: %v", err)
 	}
-	if tr.StepNumber() != 1 || requests != n {
-		t.Errorf("resumed at step %d, %d requests", tr.StepNumber(), requests-n)
+	if tr.StepNumber() != 1 || srv.Requests() != n {
+		t.Errorf("resumed at step %d, %d requests", tr.StepNumber(), srv.Requests()-n)
 	}
 	tr.Close()
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,6 +15,7 @@ import (
 	"agrl.dev/agrl/llm"
 	"agrl.dev/agrl/llm/agent"
 	"agrl.dev/envs/calc"
+	"agrl.dev/internal/hubtest"
 )
 
 // fixture is the repository's tiny pretrained-format model (testdata/tiny-qwen3).
@@ -291,16 +290,7 @@ func TestPretrainedPlayAgentExplains(t *testing.T) {
 // stderr) into $AGRL_HUB_CACHE from $HF_ENDPOINT (here a local server serving the fixture at
 // the hub's file route) and trained; a second run finds it there with the hub gone.
 func TestTrainPretrainedFromHub(t *testing.T) {
-	var requests int
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests++
-		name, ok := strings.CutPrefix(r.URL.Path, "/agrl/tiny-qwen3/resolve/main/")
-		if !ok || strings.Contains(name, "/") {
-			http.NotFound(w, r)
-			return
-		}
-		http.ServeFile(w, r, filepath.Join(fixture, name))
-	}))
+	srv := hubtest.Serve(t, map[string]string{"agrl/tiny-qwen3": fixture})
 	cache := t.TempDir()
 	t.Setenv("HF_ENDPOINT", srv.URL)
 	t.Setenv("AGRL_HUB_CACHE", cache)
@@ -322,9 +312,9 @@ func TestTrainPretrainedFromHub(t *testing.T) {
 		t.Fatalf("the cached weights differ from the hub's (%v)", err)
 	}
 	srv.Close()
-	n := requests
-	if code, _, stderr := runCLI(args(filepath.Join(t.TempDir(), "b"))...); code != 0 || requests != n {
-		t.Fatalf("a second run with the hub gone: exit %d, %d more requests: %s", code, requests-n, stderr)
+	n := srv.Requests()
+	if code, _, stderr := runCLI(args(filepath.Join(t.TempDir(), "b"))...); code != 0 || srv.Requests() != n {
+		t.Fatalf("a second run with the hub gone: exit %d, %d more requests: %s", code, srv.Requests()-n, stderr)
 	}
 	// The run records the hub id (and the architecture read from the download), as do its
 	// checkpoint and adapters; eval and export find the model in the cache with the hub gone.
@@ -352,8 +342,8 @@ func TestTrainPretrainedFromHub(t *testing.T) {
 	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(peft, "adapter_config.json"))), &ac); err != nil || ac.Base != "agrl/tiny-qwen3" {
 		t.Errorf("adapter_config.json base_model_name_or_path %q (%v), want the hub id", ac.Base, err)
 	}
-	if requests != n {
-		t.Errorf("%d requests to the gone hub", requests-n)
+	if srv.Requests() != n {
+		t.Errorf("%d requests to the gone hub", srv.Requests()-n)
 	}
 	if code, _, stderr := runCLI(append(args(filepath.Join(t.TempDir(), "c")), "--model", "agrl/absent")...); code == 0 || !strings.Contains(stderr, "agrl/absent") {
 		t.Errorf("an id the hub cannot serve: exit %d: %s", code, stderr)
