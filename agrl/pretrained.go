@@ -49,7 +49,8 @@ type PretrainedLM struct {
 // Pretrained names the pretrained policy's model: a model directory (config.json,
 // model.safetensors or sharded weights with their index, tokenizer.json, and
 // tokenizer_config.json with the chat template), or, when no such path exists, a Hugging Face
-// hub id such as "Qwen/Qwen3-0.6B". A relative directory is made absolute, so that a run
+// hub id such as "Qwen/Qwen3-0.6B" (so a two-part relative path that does not exist, such as
+// "models/Qwen3-0.6B" before its download, is looked up on the hub when the model loads). A relative directory is made absolute, so that a run
 // records (and resumes with) the same model whatever the working directory. A hub id is
 // recorded as it is and downloaded when the learner loads the model (hf.Download: once, into
 // $AGRL_HUB_CACHE or the user cache directory's agrl/hub; HF_ENDPOINT and HF_TOKEN apply;

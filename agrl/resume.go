@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"agrl.dev/agrl/hf"
 )
 
 // Resuming a run.
@@ -159,6 +161,9 @@ func (g GRPO) ResumeChanges(stored any) (binding, free []SettingChange, err erro
 	decaying := flat["optimizer.schedule"] != nil && flat["optimizer.schedule"] != ConstantLR.String() &&
 		(flat["optimizer.horizon"] == nil || flat["optimizer.horizon"] == 0.0)
 	for _, c := range all {
+		if c.Setting == "pretrained.model" && sameHubModel(c.Old, c.New) {
+			continue
+		}
 		if slices.Contains(resumeFree, c.Setting) && !(c.Setting == "steps" && decaying) {
 			free = append(free, c)
 		} else {
@@ -166,6 +171,22 @@ func (g GRPO) ResumeChanges(stored any) (binding, free []SettingChange, err erro
 		}
 	}
 	return binding, free, nil
+}
+
+// sameHubModel reports whether two recorded models are one: a hub id and the directory its
+// download is cached in (runs the CLI made before ids were recorded hold the directory).
+func sameHubModel(a, b any) bool {
+	x, ok1 := a.(string)
+	y, ok2 := b.(string)
+	if !ok1 || !ok2 {
+		return false
+	}
+	for _, p := range [][2]string{{x, y}, {y, x}} {
+		if dir, ok := hf.Cached(p[0], hf.HubOptions{}); ok && filepath.Clean(dir) == filepath.Clean(p[1]) {
+			return true
+		}
+	}
+	return false
 }
 
 // ResumeMismatchError is Build's error when a run directory is resumed with settings that differ

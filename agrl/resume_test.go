@@ -1,15 +1,20 @@
 package agrl
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"agrl.dev/agrl/hf"
+	"agrl.dev/internal/hubtest"
 )
 
 // TestLockRun: a run directory is held by one writer at a time; the second is refused at once
@@ -138,6 +143,32 @@ func TestPretrainedChatFormatResume(t *testing.T) {
 	err = Pretrained(t.TempDir()).ChatFormat("chatml").Validate()
 	if err == nil || !strings.Contains(err.Error(), `chat format "chatml"; want one of llama3, qwen2.5, qwen3, qwen3-no-thinking`) {
 		t.Errorf("bad chat format: %v", err)
+	}
+}
+
+// A run the CLI recorded with a hub id's download directory (as it did before ids were
+// recorded) resumes with the id, and the other way round; another directory is another model.
+func TestPretrainedHubIDResume(t *testing.T) {
+	srv := hubtest.Serve(t, map[string]string{"agrl/m": filepath.Join("..", "testdata", "tiny-qwen3")})
+	t.Setenv("AGRL_HUB_CACHE", t.TempDir())
+	dir, err := hf.Download(context.Background(), "agrl/m", hf.HubOptions{Endpoint: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ stored, next string }{{dir, "agrl/m"}, {"agrl/m", dir}} {
+		cfg, err := asMap(toyGRPO().Pretrained(Pretrained(c.stored)).Resolved())
+		if err != nil {
+			t.Fatal(err)
+		}
+		binding, _, err := toyGRPO().Pretrained(Pretrained(c.next)).ResumeChanges(cfg)
+		if err != nil || len(binding) != 0 {
+			t.Errorf("%s → %s: %v, %v", c.stored, c.next, binding, err)
+		}
+	}
+	cfg, _ := asMap(toyGRPO().Pretrained(Pretrained(t.TempDir())).Resolved())
+	binding, _, _ := toyGRPO().Pretrained(Pretrained("agrl/m")).ResumeChanges(cfg)
+	if !slices.ContainsFunc(ModelChanges(binding), func(c SettingChange) bool { return c.Setting == "pretrained.model" }) {
+		t.Errorf("another directory → the id: %v", binding)
 	}
 }
 

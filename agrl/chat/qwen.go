@@ -58,7 +58,7 @@ func (q QwenFormat) Thinking(on bool) QwenFormat {
 	return q
 }
 
-// Name is "qwen2.5" or "qwen3".
+// Name is "qwen2.5", "qwen3", or "qwen3-no-thinking" with Thinking(false).
 func (q QwenFormat) Name() string {
 	switch {
 	case q.v3 && q.noThinking:

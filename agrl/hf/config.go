@@ -443,7 +443,8 @@ func (s RopeScaling) validate() error {
 			bad("original_max_position_embeddings is %d; want > 0", s.OriginalMaxPositionEmbeddings)
 		}
 	case LinearRope, YarnRope:
-		// transformers rejects factors below 1 for both (they would shrink the context).
+		// Factors below 1 would shrink the context; transformers warns about them, agrl
+		// refuses them (and, for yarn, betas that invert the band).
 		if !(s.Factor >= 1) || !finite(s.Factor) {
 			bad("factor is %v; want ≥ 1", s.Factor)
 		}

@@ -58,7 +58,8 @@ func Llama3InvFreq(headDim int, theta float64, s RopeScaling) []float64 {
 //	i(r) = d·ln(L / (2π·r)) / (2·ln theta),
 //
 // low = i(BetaFast) rounded down and high = i(BetaSlow) rounded up (not rounded when
-// NoTruncate), clamped to [0, d−1]; then with ramp(i) = clamp((i − low)/(high − low), 0, 1)
+// NoTruncate), low raised to 0 if below and high lowered to d−1 if above (as in transformers:
+// neither is clamped on its other side); then with ramp(i) = clamp((i − low)/(high − low), 0, 1)
 // (high nudged by 0.001 if equal to low),
 //
 //	inv[i] = plain[i]·(1 − ramp(i)) + plain[i]/Factor·ramp(i).

@@ -87,20 +87,24 @@ var SFTCheckpointEvery = 2 * time.Minute
 // config_history.jsonl. A directory whose earlier start stopped before its first checkpoint
 // (that checkpoint is taken right after the warm start, and during it every
 // SFTCheckpointEvery) starts afresh. config.json is written only once the run can start: after
-// the starting policy has loaded. A pretrained model named by hub id is downloaded first
-// (progress on stderr), so that the settings are checked and recorded against its files.
+// the starting policy has loaded. A pretrained model named by hub id is downloaded once the
+// rest of the settings are valid (progress on stderr), and its config.json checked then, so
+// that the run records what the download holds.
 func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 	backend := g.Spec().LM.Spec().Backend
 	if p := g.Spec().Pretrained; p != nil {
 		backend = p.Spec().Backend
-		if s := p.Spec(); s.Hub {
-			if _, err := fetchHub(s.Dir, os.Stderr); err != nil {
-				return nil, err
-			}
-		}
 	}
 	if err := errors.Join(g.Validate(), backendProblem(backend)); err != nil {
 		return nil, err
+	}
+	if p := g.Spec().Pretrained; p != nil && p.Spec().Hub {
+		if _, err := fetchHub(p.Spec().Dir, os.Stderr); err != nil {
+			return nil, err
+		}
+		if err := p.Validate(); err != nil { // now with the download's config.json
+			return nil, err
+		}
 	}
 	s := g.Spec()
 	t := &GRPOTrainer{cfg: s, resolved: g.Resolved(), env: s.Env, rubric: *s.Rubric}

@@ -42,8 +42,12 @@ func TestPretrainedFromHub(t *testing.T) {
 	if cached, ok := hf.Cached("agrl/tiny-qwen3", hf.HubOptions{}); !ok || cached != dir {
 		t.Errorf("Cached = %q, %v; want %q", cached, ok, dir)
 	}
-	if err := agrl.Pretrained("agrl/tiny-qwen3").LoRA(4, 0).Validate(); err == nil {
-		t.Error("a bad LoRA alpha validates once the model is cached")
+	// Once cached, Validate reads the download's config.json.
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"architectures": ["GPT2LMHeadModel"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "GPT2LMHeadModel") {
+		t.Errorf("Validate with a cached config.json of another architecture: %v", err)
 	}
 
 	// A run on a fresh cache: Build downloads, config.json records the id and what the

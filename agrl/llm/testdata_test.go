@@ -50,9 +50,10 @@ func variants() []variant {
 	// given, everything else default). With head_dim 16, theta 10⁶ and an original context of
 	// 4096 the band runs from pair 1 (floor of 1.75) to pair 4 (ceil of 3.75): pairs 0 and 1
 	// are kept, 2 and 3 blended by 1/3 and 2/3, 4 to 7 divided by 4; cos and sin are
-	// multiplied by 1 + 0.1·ln 4.
+	// multiplied by 1 + 0.1·ln 4. The context, 20480, is 5 times the original one: the factor
+	// is used as given, not that ratio (as transformers does since its fix of issue 38224).
 	qwenYarn := Tiny(hf.Qwen2)
-	qwenYarn.MaxPositionEmbeddings = 16384
+	qwenYarn.MaxPositionEmbeddings = 20480
 	qwenYarn.RopeScaling = hf.RopeScaling{Type: hf.YarnRope, Factor: 4, OriginalMaxPositionEmbeddings: 4096}
 
 	// YaRN with every option: the original context left to max_position_embeddings (256),

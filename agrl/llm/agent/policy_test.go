@@ -97,8 +97,12 @@ func TestLoadPicksFormat(t *testing.T) {
 	if _, err := Load(dir); err == nil || !strings.Contains(err.Error(), "LoadFormat") {
 		t.Errorf("unverified template: %v", err)
 	}
-	if p, err := LoadFormat(dir, chat.Qwen3().Thinking(false)); err != nil || p.Format().Name() != "qwen3" {
-		t.Errorf("LoadFormat: %v", err)
+	pf, err := LoadFormat(dir, chat.Qwen3().Thinking(false))
+	if err != nil {
+		t.Fatalf("LoadFormat: %v", err)
+	}
+	if name := pf.Format().Name(); name != "qwen3-no-thinking" {
+		t.Errorf("LoadFormat: format %s", name)
 	}
 	writeTemplate(t, dir, 42)
 	if _, err := Load(dir); err == nil {
