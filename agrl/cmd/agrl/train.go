@@ -296,7 +296,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		}
 		// A hub id is downloaded here, with a progress line, and recorded as the id: the
 		// learner then finds the download in the cache.
-		if _, err := modelDir(f.model, stderr); err != nil {
+		if err := fetchModel(f.model, stderr); err != nil {
 			errs = append(errs, err)
 		}
 		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat)
@@ -666,15 +666,15 @@ func parseMix(s string) (agrl.Mix, error) {
 	return m, m.Validate()
 }
 
-// modelDir is -model's directory: the argument itself when it is a directory (or not a hub
-// id), else the hub model of that id, downloaded into the cache (hf.Download) with its progress
-// on stderr — once: later calls find it there without the network.
-func modelDir(arg string, stderr io.Writer) (string, error) {
+// fetchModel downloads -model into the hub cache (hf.Download) with its progress on stderr when
+// it names no path and is a hub id, unless the cache has it already; agrl.Pretrained then
+// finds it there.
+func fetchModel(arg string, stderr io.Writer) error {
 	if _, err := os.Stat(arg); err == nil || !hf.IsHubID(arg) {
-		return arg, nil
+		return nil
 	}
 	midLine := false // a progress line without its newline yet
-	dir, err := hf.Download(context.Background(), arg, hf.HubOptions{Progress: func(file string, done, total int64) {
+	_, err := hf.Download(context.Background(), arg, hf.HubOptions{Progress: func(file string, done, total int64) {
 		line := fmt.Sprintf("downloading %s: %s %.1f MB", arg, file, float64(done)/1e6)
 		if total > 0 {
 			line += fmt.Sprintf(" of %.1f", float64(total)/1e6)
@@ -689,7 +689,7 @@ func modelDir(arg string, stderr io.Writer) (string, error) {
 		fmt.Fprintln(stderr)
 	}
 	if err != nil {
-		return arg, fmt.Errorf("-model %s: no such directory, and as a hub id: %w", arg, err)
+		return fmt.Errorf("-model %s: no such directory, and as a hub id: %w", arg, err)
 	}
-	return dir, nil
+	return nil
 }
