@@ -277,8 +277,8 @@ func parseConfig(data []byte) (Config, error) {
 			NoTruncate:                    rope.Truncate != nil && !*rope.Truncate,
 		}
 		if a := rope.AttentionFactor; a != nil {
-			if !(*a > 0) || math.IsInf(*a, 0) {
-				errs = append(errs, fmt.Errorf("rope_scaling: attention_factor is %v; want > 0", *a))
+			if *a == 0 { // the field's 0 means "computed": report it here (validate reports < 0)
+				errs = append(errs, errors.New("rope_scaling: attention_factor is 0; want > 0"))
 			}
 			c.RopeScaling.AttentionFactor = *a
 		}

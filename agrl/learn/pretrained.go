@@ -254,8 +254,8 @@ func fetchHub(id string, w io.Writer) (string, error) {
 	if dir, ok := hf.Cached(id, hf.HubOptions{}); ok {
 		return dir, nil
 	}
-	var file string // the file being reported, and whether its end was
-	var ended bool
+	var file string // the file being reported
+	var ended bool  // its end has been reported
 	var last time.Time
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 	dir, err := hf.Download(context.Background(), id, hf.HubOptions{Progress: func(name string, done, total int64) {
