@@ -405,10 +405,22 @@ func (c Config) validate() []error {
 	if !(c.RopeTheta > 0) || math.IsInf(c.RopeTheta, 0) {
 		bad("rope_theta is %v; want > 0", c.RopeTheta)
 	}
-	if err := c.RopeScaling.validate(); err != nil {
+	switch err := c.RopeScaling.validate(); {
+	case err != nil:
 		errs = append(errs, err)
-	} else if c.RopeScaling.Type == YarnRope && !(c.RopeTheta > 1) {
+	case c.RopeScaling.Type == YarnRope && !(c.RopeTheta > 1):
 		bad("rope_theta is %v; yarn scaling needs > 1", c.RopeTheta)
+	case c.RopeScaling.Type != "" && c.HeadDim > 0 && c.HeadDim <= maxRopeCheck && c.RopeTheta > 0:
+		// Extreme factors can overflow or underflow what they compute.
+		for i, f := range c.InvFreq() {
+			if !(f > 0) || math.IsInf(f, 0) {
+				bad("rope_scaling (%s) gives RoPE frequency %d the value %v (factor %v); want a positive, finite number", c.RopeScaling.Type, i, f, c.RopeScaling.Factor)
+				break
+			}
+		}
+		if a := c.RopeAttentionFactor(); !(a > 0) || math.IsInf(a, 0) {
+			bad("rope_scaling (%s) gives the attention factor %v; want a positive, finite number", c.RopeScaling.Type, a)
+		}
 	}
 	ids := c.EOSTokenIDs
 	if c.BOSTokenID != -1 {
@@ -421,6 +433,10 @@ func (c Config) validate() []error {
 	}
 	return errs
 }
+
+// maxRopeCheck bounds the head_dim whose scaled RoPE frequencies validation computes (real
+// heads are 64 to 256 wide; a config claiming more fails the tensor check anyway).
+const maxRopeCheck = 1 << 16
 
 func (s RopeScaling) validate() error {
 	var errs []error

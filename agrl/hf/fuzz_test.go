@@ -2,7 +2,9 @@ package hf
 
 import (
 	"bytes"
+	"math"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -60,6 +62,53 @@ func FuzzHeader(f *testing.F) {
 		// header's parse costs a small multiple of its size.
 		if grew := after.TotalAlloc - before.TotalAlloc; grew > 1<<20+64*uint64(len(data)) {
 			t.Fatalf("%d-byte input allocated %d bytes", len(data), grew)
+		}
+	})
+}
+
+// FuzzParseConfig feeds ParseConfig arbitrary JSON. It must never panic; a config it accepts
+// validates, and its RoPE is usable: HeadDim/2 finite, positive inverse frequencies, none
+// above plain RoPE's nor below plain RoPE's divided by the factor, and a finite, positive
+// attention factor.
+func FuzzParseConfig(f *testing.F) {
+	for _, c := range []string{llama32Config, qwen25Config, qwen3Config, smolConfig} {
+		f.Add(c)
+	}
+	for _, rope := range []string{
+		`"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16, "truncate": false}`,
+		`"rope_parameters": {"rope_type": "linear", "factor": 2, "rope_theta": 5}`,
+		`"rope_scaling": {"rope_type": "yarn", "factor": 1e308, "mscale": 1e308, "mscale_all_dim": 1e-308}`,
+		`"rope_scaling": {"rope_type": "yarn", "factor": 1e300, "original_max_position_embeddings": 1}`,
+	} {
+		c := strings.Replace(qwen3Config, `"rope_scaling": null`, rope, 1)
+		if c == qwen3Config {
+			f.Fatal("no rope_scaling to replace")
+		}
+		f.Add(c)
+	}
+	f.Fuzz(func(t *testing.T, data string) {
+		c, err := ParseConfig([]byte(data))
+		if err != nil {
+			return
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("ParseConfig accepted a config Validate rejects: %v", err)
+		}
+		if c.HeadDim > 1<<12 {
+			return // a valid but huge head; its tables are not worth allocating here
+		}
+		inv, plain := c.InvFreq(), RopeInvFreq(c.HeadDim, c.RopeTheta)
+		if len(inv) != c.HeadDim/2 {
+			t.Fatalf("%d inverse frequencies for head_dim %d", len(inv), c.HeadDim)
+		}
+		factor := max(c.RopeScaling.Factor, 1)
+		for i, v := range inv {
+			if !(v > 0) || math.IsInf(v, 0) || v > plain[i]*(1+1e-12) || v < plain[i]/factor*(1-1e-12) {
+				t.Fatalf("inverse frequency %d = %v (plain %v, factor %v, scaling %+v)", i, v, plain[i], factor, c.RopeScaling)
+			}
+		}
+		if a := c.RopeAttentionFactor(); !(a > 0) || math.IsInf(a, 0) {
+			t.Fatalf("attention factor %v (scaling %+v)", a, c.RopeScaling)
 		}
 	})
 }
