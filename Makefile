@@ -12,7 +12,7 @@ NOTEBOOKS = $(sort $(wildcard tutorials/*.ipynb notebooks/*.ipynb))
 # empty (`make notebooks AGRL_QUICK=`) to run them in full.
 AGRL_QUICK ?= 1
 
-.PHONY: all test go-test vet fmt-check build train demo bench bench-peer bench-llm acceptance gpu-check fuzz clean notebook-deps notebooks notebooks-update jupyter
+.PHONY: all test go-test vet fmt-check build train demo bench bench-peer bench-llm acceptance gpu-check gpu-bundle fuzz clean notebook-deps notebooks notebooks-update jupyter
 
 all: build test
 
@@ -66,6 +66,11 @@ acceptance:
 ## gpu-check: the policy's tests and benchmarks on xla:cuda (needs an NVIDIA GPU and a PJRT plugin)
 gpu-check:
 	scripts/gpu-check.sh
+
+## gpu-bundle: the test binaries gpu-check runs on a GPU machine without Go (.gpu; see
+## scripts/device-check.sh and docs/llm.md, "On a GPU")
+gpu-bundle:
+	scripts/gpu-bundle.sh
 
 ## demo: a tour without training (for now: tasks of every environment, each solved by its expert, with rewards)
 demo:

@@ -10,91 +10,179 @@
 #
 #   scripts/gpu-check.sh               # AGRL_BACKEND defaults to xla:cuda
 #   AGRL_BACKEND=xla:cuda,preallocate=false scripts/gpu-check.sh
+#   GPU_CHECK_STAGES="decode grpo" scripts/gpu-check.sh
+#
+# Stages (GPU_CHECK_STAGES, in this order by default): tiny (the Tiny policy's tests), bench
+# (its benchmarks), decode (decoding graph and bfloat16 storage against the host), grpo (LoRA
+# GRPO on the tiny Qwen3), shape (the 0.5B shape, float32 weights), shape-bf16 (the same in
+# bfloat16).
+#
+# Without a Go toolchain (the GPU machines lent to sessions have none) the tests run from the
+# test binaries scripts/gpu-bundle.sh builds (AGRL_GPU_BUNDLE, default .gpu), in the packages'
+# directories as go test runs them.
 #
 # The PJRT plugin (pjrt_c_api_cuda_plugin.so) is searched in $PJRT_PLUGIN_LIBRARY_PATH,
-# ~/.local/lib/go-xla and /usr/local/lib/go-xla; agrl never downloads one.
+# ~/.local/lib/go-xla and /usr/local/lib/go-xla, then as JAX's CUDA plugin
+# (site-packages/jax_plugins/xla_cuda*/xla_cuda_plugin.so, with the nvidia libraries of the same
+# site-packages), which is laid out under /tmp/agrl-pjrt as go-xla looks for it; agrl never
+# downloads one. GPU_CHECK_DRY=1 skips the GPU and plugin checks (to try the script on a CPU
+# with AGRL_BACKEND=go).
 # Exit status: 0 ok, 1 a test or benchmark failed, 2 no GPU, 3 no PJRT CUDA plugin.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
+root=$(pwd)
 
 backend="${AGRL_BACKEND:-xla:cuda}"
-if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-	echo "gpu-check: no NVIDIA GPU here (nvidia-smi is missing or lists no device); nothing to check" >&2
-	exit 2
-fi
+stages="${GPU_CHECK_STAGES:-tiny bench decode grpo shape shape-bf16}"
+bundle="${AGRL_GPU_BUNDLE:-$root/.gpu}"
+case "$bundle" in /*) ;; *) bundle="$root/$bundle" ;; esac
 
-plugin=""
-IFS=: read -ra dirs <<<"${PJRT_PLUGIN_LIBRARY_PATH:-}"
-for d in "${dirs[@]}" "$HOME/.local/lib/go-xla" "$HOME/.local/lib/go-xla/nvidia" /usr/local/lib/go-xla /usr/local/lib/go-xla/nvidia; do
-	[ -n "$d" ] || continue
-	for f in "$d"/pjrt_c_api_cuda_plugin.so "$d"/pjrt-plugin-cuda*.so "$d"/pjrt_plugin_cuda*.so; do
-		if [ -f "$f" ]; then
-			plugin="$f"
-			break 2
-		fi
+if [ -z "${GPU_CHECK_DRY:-}" ]; then
+	if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+		echo "gpu-check: no NVIDIA GPU here (nvidia-smi is missing or lists no device); nothing to check" >&2
+		exit 2
+	fi
+
+	plugin=""
+	IFS=: read -ra dirs <<<"${PJRT_PLUGIN_LIBRARY_PATH:-}"
+	for d in "${dirs[@]}" "$HOME/.local/lib/go-xla" "$HOME/.local/lib/go-xla/nvidia" /usr/local/lib/go-xla /usr/local/lib/go-xla/nvidia; do
+		[ -n "$d" ] || continue
+		for f in "$d"/pjrt_c_api_cuda_plugin.so "$d"/pjrt-plugin-cuda*.so "$d"/pjrt_plugin_cuda*.so; do
+			if [ -f "$f" ]; then
+				plugin="$f"
+				break 2
+			fi
+		done
 	done
-done
-if [ -z "$plugin" ]; then
-	echo "gpu-check: no PJRT CUDA plugin (pjrt_c_api_cuda_plugin.so) in \$PJRT_PLUGIN_LIBRARY_PATH (${PJRT_PLUGIN_LIBRARY_PATH:-unset}), ~/.local/lib/go-xla or /usr/local/lib/go-xla" >&2
-	exit 3
+	if [ -z "$plugin" ] && command -v python3 >/dev/null 2>&1; then
+		jax=$(python3 -c '
+import glob, os, site
+dirs = site.getsitepackages() + [site.getusersitepackages()]
+found = [f for d in dirs for f in sorted(glob.glob(os.path.join(d, "jax_plugins", "xla_cuda*", "xla_cuda_plugin.so")))]
+print(found[-1] if found else "")' 2>/dev/null)
+		if [ -n "$jax" ]; then
+			# go-xla finds a plugin by its file name, and the nvidia libraries two levels above
+			# it (as the plugin's RPATH, $ORIGIN/../../nvidia, does): link both into that shape.
+			site=$(dirname "$(dirname "$(dirname "$jax")")")
+			lay=/tmp/agrl-pjrt
+			mkdir -p "$lay/jax_plugins/cuda"
+			ln -sf "$jax" "$lay/jax_plugins/cuda/pjrt_c_api_cuda_plugin.so"
+			if [ -d "$site/nvidia" ]; then
+				ln -sfn "$site/nvidia" "$lay/nvidia"
+				ln -sfn "$site/nvidia" "$lay/jax_plugins/nvidia"
+				for lib in "$site"/nvidia/*/lib; do
+					LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+				done
+				export LD_LIBRARY_PATH
+			fi
+			export PJRT_PLUGIN_LIBRARY_PATH="$lay/jax_plugins/cuda"
+			plugin="$lay/jax_plugins/cuda/pjrt_c_api_cuda_plugin.so"
+			echo "gpu-check: using JAX's CUDA plugin $jax"
+		fi
+	fi
+	if [ -z "$plugin" ]; then
+		echo "gpu-check: no PJRT CUDA plugin (pjrt_c_api_cuda_plugin.so) in \$PJRT_PLUGIN_LIBRARY_PATH (${PJRT_PLUGIN_LIBRARY_PATH:-unset}), ~/.local/lib/go-xla or /usr/local/lib/go-xla, and no JAX CUDA plugin" >&2
+		exit 3
+	fi
+	echo "gpu-check: $(nvidia-smi -L | head -1)"
+	echo "gpu-check: plugin $plugin, backend $backend"
 fi
-
-echo "gpu-check: $(nvidia-smi -L | head -1)"
-echo "gpu-check: plugin $plugin, backend $backend"
 export AGRL_BACKEND="$backend" GOMLX_NO_AUTO_INSTALL=1
 status=0
+exec 3>&2 # the script's stderr, for messages from inside filtered pipelines
 
-echo "== tests on $backend: sampler/scorer agreement, determinism, rollout, SFT"
-go test -count=1 -timeout 15m -v \
-	-run 'TestSamplerScorerAgreement|TestSamplerDeterminism|TestRolloutUntrained|TestSFTLearnsToolUse' \
-	./agrl/learn/ 2>&1 | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:' || true
-if ! go test -count=1 -timeout 15m -run 'TestSamplerScorerAgreement|TestSamplerDeterminism|TestRolloutUntrained|TestSFTLearnsToolUse' ./agrl/learn/ >/dev/null 2>&1; then
-	echo "gpu-check: tests FAILED on $backend" >&2
-	status=1
+# gotest PKG FLAGS...: go test of ./PKG with FLAGS (each -name or -name=value), or, without a Go
+# toolchain, the bundle's PKG test binary run in PKG's directory with -test.-prefixed flags.
+gotest() {
+	local pkg="$1"
+	shift
+	if command -v go >/dev/null 2>&1 && [ -z "${GPU_CHECK_BUNDLE_ONLY:-}" ]; then
+		go test "$@" "./$pkg/"
+		return
+	fi
+	local name bin
+	name=$(basename "$pkg")
+	bin="$bundle/$name.test"
+	if [ ! -x "$bin" ] && [ -f "$bin.gz" ]; then
+		gunzip -c "$bin.gz" >"$bin.tmp" && chmod +x "$bin.tmp" && mv "$bin.tmp" "$bin"
+	fi
+	if [ ! -x "$bin" ]; then
+		echo "gpu-check: no test binary $bin to run (no Go toolchain here, or GPU_CHECK_BUNDLE_ONLY): build the bundle with scripts/gpu-bundle.sh (make gpu-bundle) and carry it" >&3
+		return 1
+	fi
+	local args=() a
+	for a in "$@"; do
+		args+=("-test.${a#-}")
+	done
+	(cd "$root/$pkg" && "$bin" "${args[@]}")
+}
+
+want() { [[ " $stages " == *" $1 "* ]]; }
+
+if want tiny; then
+	echo "== tests on $backend: sampler/scorer agreement, determinism, rollout, SFT"
+	if ! gotest agrl/learn -count=1 -timeout=15m -v \
+		-run='TestSamplerScorerAgreement|TestSamplerDeterminism|TestRolloutUntrained|TestSFTLearnsToolUse' 2>&1 |
+		grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|_test.go:'; then
+		echo "gpu-check: tests FAILED on $backend" >&2
+		status=1
+	fi
 fi
 
-echo "== benchmarks on $backend"
-out=$(go test -count=1 -timeout 20m -run XXX -bench 'Sample|Train' -benchtime 10x ./agrl/learn/ 2>&1)
-echo "$out" | grep -E '^(Benchmark|--- SKIP|FAIL|panic)' || true
-if echo "$out" | grep -qE '^(FAIL|panic)'; then
-	echo "$out" | tail -20 >&2
-	status=1
+if want bench; then
+	echo "== benchmarks on $backend"
+	out=$(gotest agrl/learn -count=1 -timeout=20m -run=XXX -bench='Sample|Train' -benchtime=10x 2>&1)
+	echo "$out" | grep -E '^(Benchmark|--- SKIP|FAIL|panic)' || true
+	if echo "$out" | grep -qE '^(FAIL|panic)'; then
+		echo "$out" | tail -20 >&2
+		status=1
+	fi
+	echo
+	printf '%-24s %14s %12s %10s\n' benchmark tokens/s GFLOP/s ms/op
+	echo "$out" | awk '/^Benchmark/ {
+		name=$1; ns=""; tps=""; gf="";
+		for (i = 2; i < NF; i++) {
+			if ($(i+1) == "ns/op") ns = $i;
+			if ($(i+1) == "tokens/s") tps = $i;
+			if ($(i+1) == "GFLOP/s") gf = $i;
+		}
+		printf "%-24s %14.0f %12.1f %10.1f\n", name, tps, gf, ns/1e6
+	}'
 fi
-echo
-printf '%-24s %14s %12s %10s\n' benchmark tokens/s GFLOP/s ms/op
-echo "$out" | awk '/^Benchmark/ {
-	name=$1; ns=""; tps=""; gf="";
-	for (i = 2; i < NF; i++) {
-		if ($(i+1) == "ns/op") ns = $i;
-		if ($(i+1) == "tokens/s") tps = $i;
-		if ($(i+1) == "GFLOP/s") gf = $i;
-	}
-	printf "%-24s %14.0f %12.1f %10.1f\n", name, tps, gf, ns/1e6
-}'
 
-echo "== pretrained path on $backend: the decoding graph against agrl/llm (every family), graph decoding against host decoding"
-if ! HFGRAPH_BACKEND="$backend" go test -count=1 -timeout 15m -v -run 'TestDecodeMatchesHost|TestBF16Storage' ./agrl/learn/hfgraph/ 2>&1 |
-	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
-	status=1
+if want decode; then
+	echo "== pretrained path on $backend: the decoding graph against agrl/llm (every family, YaRN too), graph decoding against host decoding"
+	if ! HFGRAPH_BACKEND="$backend" gotest agrl/learn/hfgraph -count=1 -timeout=15m -v -run='TestDecodeMatchesHost|TestLogProbsMatchLLM|TestBF16Storage' 2>&1 |
+		grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
+		status=1
+	fi
+	if ! gotest agrl/learn -count=1 -timeout=15m -v -run='TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding|TestPretrainedBF16Weights' 2>&1 |
+		grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
+		status=1
+	fi
 fi
-if ! go test -count=1 -timeout 15m -v -run 'TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding|TestPretrainedBF16Weights' ./agrl/learn/ 2>&1 |
-	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
-	status=1
+
+if want grpo; then
+	echo "== pretrained path on $backend: LoRA GRPO on the tiny Qwen3 checkpoint (rollouts decode on $backend)"
+	if ! gotest agrl/learn -count=1 -timeout=15m -v -run='TestPretrainedGRPO|TestPretrainedScoreMatchesSampler' 2>&1 |
+		grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
+		status=1
+	fi
 fi
-echo "== pretrained path on $backend: LoRA GRPO on the tiny Qwen3 checkpoint (rollouts decode on $backend)"
-if ! go test -count=1 -timeout 15m -v -run 'TestPretrainedGRPO|TestPretrainedScoreMatchesSampler' ./agrl/learn/ 2>&1 |
-	grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
-	status=1
-fi
+
 shape="${AGRL_GPU_SHAPE:-qwen2.5-0.5b}"
-echo "== pretrained path on $backend at the $shape shape (random weights): sampling (host, then the decoding graph), scoring and a LoRA step (graphs)"
-if ! (cd agrl/learn && AGRL_BENCH_LLM="$shape" GOEXPERIMENT=simd go test -count=1 -timeout 30m -run '^TestLLMThroughput$' -v . 2>&1 |
-	grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'); then
-	status=1
+if want shape; then
+	echo "== pretrained path on $backend at the $shape shape (random weights): sampling (host, then the decoding graph), scoring and a LoRA step (graphs)"
+	if ! AGRL_BENCH_LLM="$shape" GOEXPERIMENT=simd gotest agrl/learn -count=1 -timeout=30m -run='^TestLLMThroughput$' -v 2>&1 |
+		grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'; then
+		status=1
+	fi
 fi
-echo "== the same at the $shape shape with the base weights in bfloat16 on $backend (agrl.PretrainedLM.Weights)"
-if ! (cd agrl/learn && AGRL_BENCH_LLM="$shape" AGRL_BENCH_WEIGHTS=bfloat16 GOEXPERIMENT=simd go test -count=1 -timeout 30m -run '^TestLLMThroughput$' -v . 2>&1 |
-	grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'); then
-	status=1
+if want shape-bf16; then
+	echo "== the same at the $shape shape with the base weights in bfloat16 on $backend (agrl.PretrainedLM.Weights)"
+	if ! AGRL_BENCH_LLM="$shape" AGRL_BENCH_WEIGHTS=bfloat16 GOEXPERIMENT=simd gotest agrl/learn -count=1 -timeout=30m -run='^TestLLMThroughput$' -v 2>&1 |
+		grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'; then
+		status=1
+	fi
 fi
 exit $status
