@@ -128,7 +128,7 @@ func (m *Model) Decode(caches []*graph.Node, ids, starts, counts *graph.Node) (l
 	bIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b), 0)
 	x = graph.Gather(x, graph.Stack([]*graph.Node{bIdx, last}, -1)) // [B, H]
 	x = rmsNorm(x, w.norm, eps)
-	logits = graph.DotGeneral(x, []int{1}, nil, w.head, []int{1}, nil)
+	logits = matmul(x, w.head, 1)
 
 	// The new positions' keys and values, [B, L, 2, nkv, S, hd], written into each cache at
 	// its start: slot j takes new position j−start where 0 ≤ j−start < S, and keeps its value

@@ -61,6 +61,9 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 	get := func(name string) *graph.Node { // float32, whatever the storage (LoadAs)
 		return graph.ConvertDType(m.variable(m.basePath(name)).NodeValue(g), dtypes.Float32)
 	}
+	product := func(name string) *graph.Node { // a weight of a product: in the compute dtype
+		return graph.ConvertDType(m.variable(m.basePath(name)).NodeValue(g), m.compute)
+	}
 	opt := func(has bool, name string) *graph.Node {
 		if !has {
 			return nil
@@ -71,9 +74,9 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 	// the whole table; a tied head converts it for its product.
 	w := &weights{embed: m.variable(m.basePath("model.embed_tokens.weight")).NodeValue(g), norm: get("model.norm.weight")}
 	if c.TieWordEmbeddings {
-		w.head = graph.ConvertDType(w.embed, dtypes.Float32)
+		w.head = graph.ConvertDType(w.embed, m.compute)
 	} else {
-		w.head = get("lm_head.weight")
+		w.head = product("lm_head.weight")
 	}
 	if m.lora != nil {
 		w.scale = m.lora.Scale()
@@ -98,7 +101,7 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 			case oProj:
 				hasBias = c.OutputBias()
 			}
-			pw := projWeights{w: get(name + ".weight"), bias: opt(hasBias, name+".bias")}
+			pw := projWeights{w: product(name + ".weight"), bias: opt(hasBias, name+".bias")}
 			if !m.base && m.targets(mod) {
 				pw.loraA = m.variable(m.loraPath(l, mod, "A")).NodeValue(g)
 				pw.loraB = m.variable(m.loraPath(l, mod, "B")).NodeValue(g)
@@ -251,8 +254,22 @@ func (w *weights) embedRows(ids *graph.Node) *graph.Node {
 func (m *Model) head(w *weights, x *graph.Node) *graph.Node {
 	dims := x.Shape().Dimensions
 	n, h := x.Shape().Size()/dims[2], dims[2]
-	y := graph.DotGeneral(graph.Reshape(x, n, h), []int{1}, nil, w.head, []int{1}, nil) // [N, V]
+	y := matmul(graph.Reshape(x, n, h), w.head, 1) // [N, V]
 	return graph.Reshape(y, dims[0], dims[1], m.cfg.VocabSize)
+}
+
+// matmul contracts x [N, k] (float32) with axis wAxis of the 2-D weight w: in float32, or,
+// where w is bfloat16 (Model.SetCompute), as mixed precision does: x rounded to bfloat16, the
+// products summed in float32, the sum rounded to bfloat16 and returned as float32. (A float32
+// result straight from the product would keep more bits, but GoMLX v0.28.2's gradient of a
+// product whose output dtype differs from its inputs' mixes dtypes and fails to build.)
+func matmul(x, w *graph.Node, wAxis int) *graph.Node {
+	if w.DType() != dtypes.BFloat16 {
+		return graph.DotGeneral(x, []int{1}, nil, w, []int{wAxis}, nil)
+	}
+	y := graph.Dot(graph.ConvertDType(x, dtypes.BFloat16), w).WithAccumulatorDType(dtypes.Float32).
+		General([]int{1}, nil, []int{wAxis}, nil)
+	return graph.ConvertDType(y, dtypes.Float32)
 }
 
 // project applies projection p to x [..., in]: x·W + b, plus the adapter term
@@ -260,8 +277,8 @@ func (m *Model) head(w *weights, x *graph.Node) *graph.Node {
 func (w *weights) project(x *graph.Node, p *projWeights) *graph.Node {
 	dims := x.Shape().Dimensions
 	in, out := dims[len(dims)-1], p.w.Shape().Dimensions[1]
-	x2 := graph.Reshape(x, x.Shape().Size()/in, in)              // [N, in]
-	y := graph.DotGeneral(x2, []int{1}, nil, p.w, []int{0}, nil) // [N, out]
+	x2 := graph.Reshape(x, x.Shape().Size()/in, in) // [N, in]
+	y := matmul(x2, p.w, 0)                         // [N, out]
 	if p.bias != nil {
 		y = graph.Add(y, graph.InsertAxes(p.bias, 0))
 	}
