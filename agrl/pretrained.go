@@ -44,6 +44,9 @@ type PretrainedLM struct {
 	weights string
 	// chatFormat names the chat format (ChatFormat); "" means the model's own template's.
 	chatFormat string
+	// compute is the dtype of the graphs' products with the base weights (Compute): "",
+	// "float32" or "bfloat16".
+	compute string
 }
 
 // Pretrained names the pretrained policy's model: a model directory (config.json,
@@ -157,6 +160,22 @@ func ChatFormats() []string { return []string{"llama3", "qwen2.5", "qwen3", "qwe
 // reasoning off (shorter turns). It changes the token layout trained on, so a resume keeps it.
 func (p PretrainedLM) ChatFormat(name string) PretrainedLM { p.chatFormat = name; return p }
 
+// Compute sets the dtype of the graphs' matrix products with the base weights (every
+// projection, in scoring, training and graph decoding): "float32" (the default, "") or
+// "bfloat16", mixed precision as GPUs run it fast (an H200's bfloat16 matrix rate is about 12
+// times its float32 one, by the vendor's figures): each product's inputs and result are rounded to bfloat16
+// and its sums kept in float32, while the residual stream, norms, RoPE, attention, the LM
+// head (logits stay float32), the LoRA adapters and the optimizer stay float32. It pairs with
+// Weights("bfloat16"), which halves the weights' memory. Rollouts then decode with the graph
+// by default (Decoding "" means "graph" here, on any backend). Sampler and scorer no longer
+// agree to float32's 1e-4: decoding a token at a time and scoring whole sequences round
+// slightly different activations, which bfloat16 turns into log-probs up to about 5e-3 apart
+// (measured on the tiny Qwen3 fixture; host decoding, in float32, is further off) — the
+// mismatch RL on GPUs lives with, and which GRPO's clipped ratios absorb. It changes what is
+// computed, so a resume keeps it. It is meant for GPUs (its speed on the CPU's go backend is
+// not measured).
+func (p PretrainedLM) Compute(dtype string) PretrainedLM { p.compute = dtype; return p }
+
 // PretrainedSpec is every setting of a PretrainedLM, for the learner.
 type PretrainedSpec struct {
 	// Dir is the model directory, or with Hub set a hub id, which the learner downloads
@@ -174,17 +193,19 @@ type PretrainedSpec struct {
 	Weights string
 	// ChatFormat names the chat format (PretrainedLM.ChatFormat); "" means the template's.
 	ChatFormat string
+	// Compute is the products' dtype: "" or "float32", or "bfloat16" (PretrainedLM.Compute).
+	Compute string
 }
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
 	return PretrainedSpec{Dir: p.dir, Hub: p.hub, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full, Weights: p.weights,
-		ChatFormat: p.chatFormat, LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
+		ChatFormat: p.chatFormat, Compute: p.compute, LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
 // Validate reports every problem at once: no directory, a directory without config.json (or
 // with one of an unsupported architecture), invalid LoRA settings, micro-batch, decoding,
-// weights dtype or chat format.
+// weights or compute dtype, or chat format.
 func (p PretrainedLM) Validate() error {
 	var errs []error
 	switch {
@@ -226,6 +247,11 @@ func (p PretrainedLM) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("weights %q; want \"float32\" or \"bfloat16\"", p.weights))
 	}
+	switch p.compute {
+	case "", "float32", "bfloat16":
+	default:
+		errs = append(errs, fmt.Errorf("compute %q; want \"float32\" or \"bfloat16\"", p.compute))
+	}
 	if p.chatFormat != "" && !slices.Contains(ChatFormats(), p.chatFormat) {
 		errs = append(errs, fmt.Errorf("chat format %q; want one of %s (or \"\": the model's own template's)", p.chatFormat, strings.Join(ChatFormats(), ", ")))
 	}
@@ -263,6 +289,9 @@ type PretrainedRecord struct {
 	// ChatFormat is the chat format chosen by name (empty: the model's template's); it is
 	// the token layout trained on, so a resume keeps it.
 	ChatFormat string `json:"chat_format,omitempty"`
+	// Compute is "bfloat16" when the graphs' products run in bfloat16 (PretrainedLM.Compute;
+	// empty for float32); a resume keeps it.
+	Compute string `json:"compute,omitempty"`
 }
 
 func (p PretrainedLM) record() *PretrainedRecord {
@@ -271,6 +300,9 @@ func (p PretrainedLM) record() *PretrainedRecord {
 		ChatFormat: p.chatFormat}
 	if p.weights == "bfloat16" {
 		r.Weights = p.weights
+	}
+	if p.compute == "bfloat16" {
+		r.Compute = p.compute
 	}
 	if p.full {
 		r.Full, r.Rank, r.Alpha, r.Dropout, r.Targets = true, 0, 0, 0, nil

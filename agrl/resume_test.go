@@ -146,6 +146,28 @@ func TestPretrainedChatFormatResume(t *testing.T) {
 	}
 }
 
+// TestPretrainedComputeResume: bfloat16 compute changes what is computed, so a resume cannot
+// change it; a bad dtype is a validation error.
+func TestPretrainedComputeResume(t *testing.T) {
+	cfg, err := asMap(toyGRPO().Pretrained(Pretrained("models/m")).Resolved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding, _, err := toyGRPO().Pretrained(Pretrained("models/m").Compute("bfloat16")).ResumeChanges(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := ModelChanges(binding); len(m) != 1 || m[0].Setting != "pretrained.compute" {
+		t.Errorf("model changes %v, want pretrained.compute alone", m)
+	}
+	if binding, _, _ := toyGRPO().Pretrained(Pretrained("models/m").Compute("float32")).ResumeChanges(cfg); len(binding) != 0 {
+		t.Errorf("float32 named explicitly: %v", binding)
+	}
+	if err := Pretrained(t.TempDir()).Compute("fp8").Validate(); err == nil || !strings.Contains(err.Error(), `compute "fp8"`) {
+		t.Errorf("Compute(fp8): %v", err)
+	}
+}
+
 // A run the CLI recorded with a hub id's download directory (as it did before ids were
 // recorded) resumes with the id, and the other way round; another directory is another model.
 func TestPretrainedHubIDResume(t *testing.T) {

@@ -13,9 +13,9 @@
 #   GPU_CHECK_STAGES="decode grpo" scripts/gpu-check.sh
 #
 # Stages (GPU_CHECK_STAGES, in this order by default): tiny (the Tiny policy's tests), bench
-# (its benchmarks), decode (decoding graph and bfloat16 storage against the host), grpo (LoRA
-# GRPO on the tiny Qwen3), shape (the 0.5B shape, float32 weights), shape-bf16 (the same in
-# bfloat16).
+# (its benchmarks), decode (decoding graph, bfloat16 storage and bfloat16 compute against the
+# host and float32), grpo (LoRA GRPO on the tiny Qwen3), shape (the 0.5B shape, float32
+# weights), shape-bf16 (the same with bfloat16 weights, then bfloat16 compute too).
 #
 # Without a Go toolchain (the GPU machines lent to sessions have none) the tests run from the
 # test binaries scripts/gpu-bundle.sh builds (AGRL_GPU_BUNDLE, default .gpu), in the packages'
@@ -152,11 +152,11 @@ fi
 
 if want decode; then
 	echo "== pretrained path on $backend: the decoding graph against agrl/llm (every family, YaRN too), graph decoding against host decoding"
-	if ! HFGRAPH_BACKEND="$backend" gotest agrl/learn/hfgraph -count=1 -timeout=15m -v -run='TestDecodeMatchesHost|TestLogProbsMatchLLM|TestBF16Storage' 2>&1 |
+	if ! HFGRAPH_BACKEND="$backend" gotest agrl/learn/hfgraph -count=1 -timeout=15m -v -run='TestDecodeMatchesHost|TestLogProbsMatchLLM|TestBF16Storage|TestBF16Compute|TestMatmulBF16' 2>&1 |
 		grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
 		status=1
 	fi
-	if ! gotest agrl/learn -count=1 -timeout=15m -v -run='TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding|TestPretrainedBF16Weights' 2>&1 |
+	if ! gotest agrl/learn -count=1 -timeout=15m -v -run='TestGraphDecoderMatchesHost|TestPretrainedGraphDecoding|TestPretrainedBF16Weights|TestPretrainedBF16Compute' 2>&1 |
 		grep -E '^(--- |PASS|FAIL|ok|panic)|_test.go:'; then
 		status=1
 	fi
@@ -179,8 +179,12 @@ if want shape; then
 	fi
 fi
 if want shape-bf16; then
-	echo "== the same at the $shape shape with the base weights in bfloat16 on $backend (agrl.PretrainedLM.Weights)"
+	echo "== the same at the $shape shape with the base weights in bfloat16 on $backend (agrl.PretrainedLM.Weights), then computing in bfloat16 too (Compute)"
 	if ! AGRL_BENCH_LLM="$shape" AGRL_BENCH_WEIGHTS=bfloat16 GOEXPERIMENT=simd gotest agrl/learn -count=1 -timeout=30m -run='^TestLLMThroughput$' -v 2>&1 |
+		grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'; then
+		status=1
+	fi
+	if ! AGRL_BENCH_LLM="$shape" AGRL_BENCH_WEIGHTS=bfloat16 AGRL_BENCH_COMPUTE=bfloat16 GOEXPERIMENT=simd gotest agrl/learn -count=1 -timeout=30m -run='^TestLLMThroughput$' -v 2>&1 |
 		grep -E '"impl"|^(--- |FAIL|ok|panic)|_test.go:'; then
 		status=1
 	fi

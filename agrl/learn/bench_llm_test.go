@@ -39,7 +39,8 @@ import (
 //     AGRL_BENCH_GRAPH=1;
 //
 // AGRL_BENCH_WEIGHTS=bfloat16 keeps the base weights in bfloat16 on the backend
-// (agrl.PretrainedLM.Weights); the record then says so.
+// (agrl.PretrainedLM.Weights), AGRL_BENCH_COMPUTE=bfloat16 runs the graphs' projections in
+// bfloat16 (agrl.PretrainedLM.Compute); the record then says so.
 //
 // The model directory is written once to $TMPDIR/agrl-bench-<shape> (bf16, seed 1) and reused.
 func TestLLMThroughput(t *testing.T) {
@@ -79,7 +80,8 @@ func TestLLMThroughput(t *testing.T) {
 		spec = spec.Full()
 	}
 	weights := os.Getenv("AGRL_BENCH_WEIGHTS") // "bfloat16": the base weights stored so on the backend
-	spec = spec.Weights(weights)
+	compute := os.Getenv("AGRL_BENCH_COMPUTE") // "bfloat16": mixed-precision projections
+	spec = spec.Weights(weights).Compute(compute)
 	p, err := LoadPretrained(spec, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +176,9 @@ func TestLLMThroughput(t *testing.T) {
 	if p.GraphDecoding() || os.Getenv("AGRL_BENCH_GRAPH") == "1" {
 		gp, gd, gd8 := graphDecodeThroughput(t, p, ids, prompt, decode, group)
 		rec["graph_prefill_tokens_per_s"], rec["graph_decode_tokens_per_s"], rec["graph_decode_batch8_tokens_per_s"] = round1(gp), round1(gd), round1(gd8)
+	}
+	if compute != "" {
+		rec["compute"] = compute
 	}
 	if weights != "" {
 		rec["weights"] = weights

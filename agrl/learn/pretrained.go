@@ -192,9 +192,12 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	pp := &PretrainedPolicy{spec: s, model: modelName, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
 		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed,
 		full: s.Full, frozen: map[string]*pretrainedFrozen{}, decoders: map[string]*graphDecoder{},
-		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && bc.Name != "go")}
+		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && (bc.Name != "go" || s.Compute == "bfloat16"))}
 	if pp.graph, err = hfgraph.FromLLMAs(pp.store, pretrainedScope, pp.base, dtype); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
+	}
+	if err := pp.graph.SetCompute(pp.computeDType()); err != nil {
+		return nil, err
 	}
 	if pp.full {
 		// Every weight trains; the sampler's copy is rebuilt from the store after updates
@@ -244,6 +247,15 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	pp.loaded = info
 	return pp, nil
+}
+
+// computeDType is the dtype of the graphs' products with the base weights
+// (agrl.PretrainedLM.Compute).
+func (p *PretrainedPolicy) computeDType() dtypes.DType {
+	if p.spec.Compute == "bfloat16" {
+		return dtypes.BFloat16
+	}
+	return dtypes.Float32
 }
 
 // fetchHub downloads hub model id (agrl.Pretrained("owner/name")) into the hub cache, unless
@@ -1012,6 +1024,9 @@ type pretrainedJSON struct {
 	// ChatFormat is the chat format chosen by name (agrl.PretrainedLM.ChatFormat; empty: the
 	// model's template's).
 	ChatFormat string `json:"chat_format,omitempty"`
+	// Compute is "bfloat16" when the graphs' products ran in bfloat16
+	// (agrl.PretrainedLM.Compute).
+	Compute string `json:"compute,omitempty"`
 }
 
 // Save writes the adapters (with full fine-tuning, the whole model as a Hugging Face model
@@ -1031,6 +1046,9 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.model, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
+	if p.spec.Compute == "bfloat16" {
+		meta.Compute = p.spec.Compute
+	}
 	if p.graph.DType() == dtypes.BFloat16 {
 		meta.Weights = "bfloat16"
 	}
@@ -1160,9 +1178,9 @@ func LoadModel(dir, backend string) (Model, error) {
 		return LoadPolicy(dir, backend)
 	}
 	spec := agrl.Pretrained(meta.Model).LoRA(meta.Rank, meta.Alpha).Targets(meta.Targets...).Dropout(meta.Dropout).
-		System(meta.System).Backend(backend).Weights(meta.Weights).ChatFormat(meta.ChatFormat)
+		System(meta.System).Backend(backend).Weights(meta.Weights).ChatFormat(meta.ChatFormat).Compute(meta.Compute)
 	if meta.Full {
-		spec = agrl.Pretrained(meta.Model).Full().System(meta.System).Backend(backend).ChatFormat(meta.ChatFormat)
+		spec = agrl.Pretrained(meta.Model).Full().System(meta.System).Backend(backend).ChatFormat(meta.ChatFormat).Compute(meta.Compute)
 	}
 	if meta.MicroBatch > 0 {
 		spec = spec.MicroBatch(meta.MicroBatch)

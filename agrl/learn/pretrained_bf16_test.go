@@ -1,6 +1,8 @@
 package learn
 
 import (
+	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -144,5 +146,93 @@ func TestPretrainedBF16Weights(t *testing.T) {
 		if err := bad.p.Validate(); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: %v, want an error naming %q", bad.p.Spec(), err, bad.want)
 		}
+	}
+}
+
+// TestPretrainedBF16Compute: with Compute("bfloat16") the graphs' products run in bfloat16,
+// rollouts decode with the graph by default, and the sampler's log-probs are close to the
+// scorer's (1e-2) while both differ from the float32 policy's (by bfloat16's rounding, within
+// 0.05 nats); a GRPO run trains with finite loss and gradients; a checkpoint rebuilds the
+// policy with the same compute dtype; other dtypes are refused.
+func TestPretrainedBF16Compute(t *testing.T) {
+	p := agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8)
+	f32, err := LoadPretrained(p, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b16, err := LoadPretrained(p.Compute("bfloat16").Weights("bfloat16"), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b16.Graph().Compute() != dtypes.BFloat16 || f32.Graph().Compute() != dtypes.Float32 || !b16.GraphDecoding() || f32.GraphDecoding() {
+		t.Fatalf("compute %s / %s, graph decoding %v / %v", b16.Graph().Compute(), f32.Graph().Compute(), b16.GraphDecoding(), f32.GraphDecoding())
+	}
+	withRandomAdapters(t, f32)
+	withRandomAdapters(t, b16)
+	env := calc.New()
+	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
+	eps, _, err := b16.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := f32.Score(tokensOf(eps), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := b16.Score(tokensOf(eps), 0.9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sampler decodes a token at a time, the scorer whole sequences: their float32
+	// activations differ in the last bits, which rounding to bfloat16 sometimes turns into a
+	// bfloat16 ulp (2^-8 relative), so they agree to a few 1e-3 (4.5e-3 measured, on Zen 5)
+	// rather than float32's 1e-6; the bound leaves room for other CPUs' summation orders.
+	var vsF32, vsSampler float64
+	n := 0
+	for i, ep := range eps {
+		for j := 1; j < len(ep.Tokens); j++ {
+			if ep.LossMask[j] == 0 {
+				continue
+			}
+			n++
+			vsSampler = max(vsSampler, math.Abs(float64(b[i].LogProbs[j-1]-ep.LogProbs[j])))
+			vsF32 = max(vsF32, math.Abs(float64(a[i].LogProbs[j-1]-b[i].LogProbs[j-1])))
+		}
+	}
+	t.Logf("%d sampled tokens: bfloat16 scorer vs sampler max |Δlogp| %.2g; vs the float32 scorer %.2g", n, vsSampler, vsF32)
+	if n == 0 || vsSampler > 1e-2 {
+		t.Errorf("bfloat16: the scorer's log-probs differ from the sampler's by %g (want ≤ 1e-2)", vsSampler)
+	}
+	if !(vsF32 > 1e-5) || vsF32 > 0.05 {
+		t.Errorf("max |Δlogp| between bfloat16 and float32 compute %g, want within (1e-5, 0.05]", vsF32)
+	}
+
+	// A GRPO run: finite losses and gradients, config.json and the checkpoint record it.
+	out := filepath.Join(t.TempDir(), "run")
+	g := agrl.NewGRPO().Env(calc.New()).Rubric(calc.Rubric().Add("short", shortActions, 1)).
+		Pretrained(p.Compute("bfloat16").MicroBatch(4)).Screen(0).WarmStartSteps(0).
+		Group(4).TasksPerStep(2).LR(2e-2).MaxTurns(2).MaxActionTokens(8).Temperature(1).
+		EvalTasks(2).EvalEvery(0).Steps(2).Seed(3).Out(out)
+	trainFinite(t, g, 2)
+	var cfg struct {
+		Pretrained agrl.PretrainedRecord `json:"pretrained"`
+	}
+	data, _ := os.ReadFile(filepath.Join(out, agrl.RunConfigFile))
+	if err := json.Unmarshal(data, &cfg); err != nil || cfg.Pretrained.Compute != "bfloat16" {
+		t.Errorf("config.json records compute %q (%v)", cfg.Pretrained.Compute, err)
+	}
+	m, err := LoadModel(filepath.Join(out, agrl.RunCheckpointsDir), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back, ok := m.(*PretrainedPolicy); !ok || back.Graph().Compute() != dtypes.BFloat16 {
+		t.Fatalf("LoadModel gave %T, not a pretrained policy computing in bfloat16", m)
+	}
+	if err := p.Compute("float16").Validate(); err == nil || !strings.Contains(err.Error(), `compute "float16"`) {
+		t.Errorf("Compute(float16): %v", err)
 	}
 }

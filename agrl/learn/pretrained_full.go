@@ -54,6 +54,9 @@ func (p *PretrainedPolicy) frozenModel(view string, host func() (*llm.Model, err
 	if err != nil {
 		return nil, fmt.Errorf("agrl: the frozen %s model: %w", view, err)
 	}
+	if err := g.SetCompute(p.computeDType()); err != nil {
+		return nil, err
+	}
 	ag, err := p.agent.WithModel(m)
 	if err != nil {
 		return nil, err

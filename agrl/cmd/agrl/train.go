@@ -52,6 +52,7 @@ type trainFlags struct {
 	full            bool   // -full: train every weight of the -model, not LoRA adapters
 	decoding        string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
 	chatFormat      string // -chat-format: the -model's chat format by name (agrl.PretrainedLM.ChatFormat)
+	compute         string // -compute: the dtype of the -model's products (agrl.PretrainedLM.Compute)
 	weights         string // -weights: the -model's base weights' storage (agrl.PretrainedLM.Weights)
 	// given lists the flags that args set explicitly, each between "|" (a string, so that
 	// trainFlags stays comparable: the sweep keys maps by it).
@@ -192,7 +193,8 @@ func (f *trainFlags) register(fs interface {
 	fs.BoolVar(&f.full, "full", false, "fully fine-tune the -model (every weight trained, no LoRA adapters; for small models: 16 bytes a parameter for the weights, gradients and AdamW, plus copies for the sampler and the KL reference); checkpoints are then whole model directories")
 	fs.StringVar(&f.chatFormat, "chat-format", "", "the chat and tool-call format a -model talks, for a model whose chat template agrl does not know byte for byte: "+strings.Join(agrl.ChatFormats(), ", ")+` (Llama 3.1 and 3.3 Instruct: llama3; qwen3-no-thinking turns Qwen3's reasoning off); default: the model's own template's`)
 	fs.StringVar(&f.decoding, "decoding", "", `where a -model's rollouts run: "host" (agrl/llm's KV cache and kernels, the fastest on a CPU) or "graph" (the model's graph on the -backend, KV caches in its memory: on a GPU, sampling runs there); default host on the go backend, graph on any other`)
-	fs.StringVar(&f.weights, "weights", "", `the dtype a -model's frozen base weights are kept in on the -backend: "float32" (default) or "bfloat16" (half the memory; computed in float32 from the rounded values; LoRA only)`)
+	fs.StringVar(&f.weights, "weights", "", `the dtype a -model's frozen base weights are kept in on the -backend: "float32" (default) or "bfloat16" (half the memory; computed in float32 from the rounded values unless -compute bfloat16; LoRA only)`)
+	fs.StringVar(&f.compute, "compute", "", `the dtype of a -model's matrix products with its base weights on the -backend: "float32" (default) or "bfloat16" (mixed precision, for GPUs: the projections' inputs and results rounded, float32 sums, float32 logits; rollouts then decode with the graph)`)
 	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
 	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
@@ -299,7 +301,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		if err := fetchModel(f.model, stderr); err != nil {
 			errs = append(errs, err)
 		}
-		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat)
+		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat).Compute(f.compute)
 		if f.full {
 			for _, name := range []string{"lora-rank", "lora-alpha"} {
 				if strings.Contains(f.given, "|"+name+"|") {
@@ -317,7 +319,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			f.sftSteps = 0
 		}
 	} else {
-		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "decoding", "weights", "chat-format"} {
+		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "decoding", "weights", "chat-format", "compute"} {
 			if strings.Contains(f.given, "|"+name+"|") {
 				errs = append(errs, fmt.Errorf("-%s applies to a pretrained -model only", name))
 			}

@@ -73,10 +73,13 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 	// The embedding table keeps its storage dtype: embedRows converts the rows it gathers, not
 	// the whole table; a tied head converts it for its product.
 	w := &weights{embed: m.variable(m.basePath("model.embed_tokens.weight")).NodeValue(g), norm: get("model.norm.weight")}
+	// The LM head stays float32 whatever the compute dtype: bfloat16 logits would be rounded
+	// by up to 2^-9 of their size (0.016 for a logit of 8), straight into the log-probs that
+	// GRPO's ratios compare.
 	if c.TieWordEmbeddings {
-		w.head = graph.ConvertDType(w.embed, m.compute)
+		w.head = graph.ConvertDType(w.embed, dtypes.Float32)
 	} else {
-		w.head = product("lm_head.weight")
+		w.head = get("lm_head.weight")
 	}
 	if m.lora != nil {
 		w.scale = m.lora.Scale()

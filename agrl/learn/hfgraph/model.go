@@ -54,7 +54,7 @@ type state struct {
 	lora *llm.LoRAConfig
 	// dtype is the base weights' storage: dtypes.Float32, or dtypes.BFloat16 (LoadAs).
 	dtype dtypes.DType
-	// compute is the dtype of the projections' and the LM head's products (SetCompute):
+	// compute is the dtype of the projections' products (SetCompute):
 	// dtypes.Float32, or dtypes.BFloat16 (inputs and results rounded, float32 sums).
 	compute dtypes.DType
 }
@@ -248,7 +248,8 @@ func (m *Model) TrainBase(on bool) error {
 }
 
 // SetCompute sets the dtype of the matrix products with the base weights — every projection
-// and the LM head, in every graph of m and of its views (Base, Frozen): dtypes.Float32 (the
+// (not the LM head: logits stay float32), in every graph of m and of its views (Base,
+// Frozen): dtypes.Float32 (the
 // default), or dtypes.BFloat16, mixed precision as GPUs run it fast: the product's inputs
 // (activations and weights) are rounded to bfloat16, their products summed in float32, and the
 // sum rounded to bfloat16 (as PyTorch's autocast returns it). Everything else stays float32:
