@@ -146,6 +146,40 @@ func TestBF16Compute(t *testing.T) {
 	if err := loadGraph(t, "qwen3").SetCompute(dtypes.Float16); err == nil {
 		t.Error("SetCompute(Float16): no error")
 	}
+
+	// Full fine-tuning: the gradients with respect to the float32 base weights flow back
+	// through the bfloat16 products, close to float32's.
+	f32, b16 := loadGraph(t, "qwen3"), loadGraph(t, "qwen3")
+	for _, g := range []*Model{f32, b16} {
+		if err := g.TrainBase(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b16.SetCompute(dtypes.BFloat16); err != nil {
+		t.Fatal(err)
+	}
+	seqs := testSeqs(f32.Config().VocabSize, 8, 12, 6)
+	ga, gb := baseGrads(t, f32, seqs), baseGrads(t, b16, seqs)
+	var dot, na, nb float64
+	for i := range ga {
+		if math.IsNaN(float64(gb[i])) || math.IsInf(float64(gb[i]), 0) {
+			t.Fatalf("base gradient %d is %v", i, gb[i])
+		}
+		dot += float64(ga[i]) * float64(gb[i])
+		na += float64(ga[i]) * float64(ga[i])
+		nb += float64(gb[i]) * float64(gb[i])
+	}
+	if cos := dot / math.Sqrt(na*nb); !(cos > 0.999) {
+		t.Errorf("full fine-tuning: cosine of the base gradients, bfloat16 vs float32: %v", cos)
+	} else {
+		t.Logf("full fine-tuning: base gradients' cosine %.6f", cos)
+	}
+}
+
+// baseGrads is the gradient of the mean NLL of seqs with respect to m's base weights, flat.
+func baseGrads(t *testing.T, m *Model, seqs [][]int32) []float32 {
+	t.Helper()
+	return grads(t, m, m.BaseVariables(), seqs)
 }
 
 // mustPad is Pad for tests: the tokens and lengths of seqs padded to width.
@@ -161,7 +195,12 @@ func mustPad(t *testing.T, seqs [][]int32, width int) (any, any) {
 // adapterGrads is the gradient of the mean NLL of seqs with respect to m's adapters, flat.
 func adapterGrads(t *testing.T, m *Model, seqs [][]int32) []float32 {
 	t.Helper()
-	vars := m.AdapterVariables()
+	return grads(t, m, m.AdapterVariables(), seqs)
+}
+
+// grads is the gradient of the mean NLL of seqs with respect to vars, flat.
+func grads(t *testing.T, m *Model, vars []*model.Variable, seqs [][]int32) []float32 {
+	t.Helper()
 	tok, lens := mustPad(t, seqs, 16)
 	e, err := model.NewExec(backend(t), m.Store(), func(_ *model.Scope, tokens, lengths *graph.Node) []*graph.Node {
 		loss := nllLoss(m, tokens, lengths)
