@@ -162,8 +162,9 @@ func (p PretrainedLM) ChatFormat(name string) PretrainedLM { p.chatFormat = name
 
 // Compute sets the dtype of the graphs' matrix products with the base weights (every
 // projection, in scoring, training and graph decoding): "float32" (the default, "") or
-// "bfloat16", mixed precision as GPUs run it fast (an H200's bfloat16 matrix rate is about 12
-// times its float32 one, by the vendor's figures): each product's inputs and result are rounded to bfloat16
+// "bfloat16", mixed precision as GPUs run it fast (an H200's dense bfloat16 matrix rate is
+// about twice its TF32 one — which XLA uses for float32 products on CUDA unless the backend
+// says tf32=false — by the vendor's figures): each product's inputs and result are rounded to bfloat16
 // and its sums kept in float32, while the residual stream, norms, RoPE, attention, the LM
 // head (logits stay float32), the LoRA adapters and the optimizer stay float32. It pairs with
 // Weights("bfloat16"), which halves the weights' memory. Rollouts then decode with the graph

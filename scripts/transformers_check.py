@@ -11,12 +11,14 @@ some sessions have transformers, PEFT and torch): it loads every model directory
 agrl/llm/testdata with transformers' AutoModelForCausalLM in float64 (Llama with llama3 and
 YaRN RoPE scaling, Qwen2 with and without YaRN, Qwen3, a sharded checkpoint), runs the token
 sequences of its expected.json, and compares the logits with the committed float64 ones; then it
-loads the qwen3-lora adapter onto qwen3 with PEFT and does the same. It also loads the
-repository's testdata/tiny-qwen3 (the tutorial's fixture) and checks that transformers and PEFT
-accept what agrl writes.
+loads the qwen3-lora adapter onto qwen3 with PEFT and does the same. It also checks that
+transformers loads the repository's testdata/tiny-qwen3 (the tutorial's fixture).
 
-transformers computes RoPE's angles in float32 even in a float64 model, so the two differ by
-about 1e-6; the tolerance is 1e-4, the Go tests' own. The exit status is 0 when every check
+transformers computes some parts in float32 even in a float64 model (RoPE's angles, RMSNorm's
+variance, the eager softmax), so the two differ by about 1e-6; the tolerance is 1e-4, the Go
+tests' own. It needs transformers 5 (or 4.57+): older releases replaced the YaRN factor by
+max_position_embeddings / original_max_position_embeddings (5 instead of 4 for qwen2-yarn) and
+would fail that fixture. The exit status is 0 when every check
 passes, 1 when one differs or fails to load, 2 when transformers or torch is missing. The
 summary (one line per check, and the versions) goes to stdout and, with --out, to a JSON file.
 """
@@ -40,6 +42,12 @@ def load_model(transformers, torch, path):
         m = auto.from_pretrained(path, dtype=torch.float64, attn_implementation="eager")
     except TypeError:
         m = auto.from_pretrained(path, torch_dtype=torch.float64, attn_implementation="eager")
+    got = next(m.parameters()).dtype
+    if got != torch.float64:  # transformers < 4.56 ignores dtype= rather than refusing it
+        m = auto.from_pretrained(path, torch_dtype=torch.float64, attn_implementation="eager")
+        got = next(m.parameters()).dtype
+    if got != torch.float64:
+        raise ValueError(f"the model loaded in {got}, not float64")
     return m.eval()
 
 
