@@ -59,7 +59,8 @@ func TestMatmulBF16(t *testing.T) {
 // rounding: not at all is a product left in float32, and by no more than a tiny model's
 // logits allow (0.05 nats); entropy too. The adapters' gradients keep their direction (cosine
 // above 0.999 with the float32 ones) and the decoding graph agrees with the scorer under the
-// same compute dtype. Other dtypes are refused.
+// same compute dtype (to 1e-2: bfloat16's rounding of activations that differ in their last
+// bits). Other dtypes are refused.
 func TestBF16Compute(t *testing.T) {
 	for _, fam := range []string{"llama", "llama3-tied", "qwen2", "qwen3", "qwen2-yarn"} {
 		t.Run(fam, func(t *testing.T) {
@@ -137,8 +138,11 @@ func TestBF16Compute(t *testing.T) {
 					worst = max(worst, math.Abs(x[v]-y[v]))
 				}
 			}
+			// The two graphs' float32 activations can differ in their last bits (0 in a plain
+			// build here, up to 6e-7 with GOEXPERIMENT=simd's kernels), which rounding to
+			// bfloat16 sometimes turns into an ulp of 2^-8: 2.5e-3 was seen on qwen3.
 			t.Logf("gradients' cosine %.6f; bfloat16 decoding vs scoring: max |Δ log-softmax| %.2g", cos, worst)
-			if worst > 1e-3 {
+			if worst > 1e-2 {
 				t.Errorf("bfloat16 decoding vs scoring: max |Δ log-softmax| %g", worst)
 			}
 		})
