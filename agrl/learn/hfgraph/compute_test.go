@@ -89,17 +89,7 @@ func TestBF16Compute(t *testing.T) {
 				t.Errorf("max |Δlogp| %g, |Δentropy| %g: want within (1e-5, 0.05]", dLogp, dEnt)
 			}
 
-			ga, gb := adapterGrads(t, f32, seqs), adapterGrads(t, b16, seqs)
-			var dot, na, nb float64
-			for i := range ga {
-				if math.IsNaN(float64(gb[i])) || math.IsInf(float64(gb[i]), 0) {
-					t.Fatalf("gradient %d is %v", i, gb[i])
-				}
-				dot += float64(ga[i]) * float64(gb[i])
-				na += float64(ga[i]) * float64(ga[i])
-				nb += float64(gb[i]) * float64(gb[i])
-			}
-			cos := dot / math.Sqrt(na*nb)
+			cos := cosine(t, adapterGrads(t, f32, seqs), adapterGrads(t, b16, seqs))
 			if !(cos > 0.999) {
 				t.Errorf("cosine of the adapters' gradients, bfloat16 vs float32: %v", cos)
 			}
@@ -163,21 +153,26 @@ func TestBF16Compute(t *testing.T) {
 		t.Fatal(err)
 	}
 	seqs := testSeqs(f32.Config().VocabSize, 8, 12, 6)
-	ga, gb := baseGrads(t, f32, seqs), baseGrads(t, b16, seqs)
-	var dot, na, nb float64
-	for i := range ga {
-		if math.IsNaN(float64(gb[i])) || math.IsInf(float64(gb[i]), 0) {
-			t.Fatalf("base gradient %d is %v", i, gb[i])
-		}
-		dot += float64(ga[i]) * float64(gb[i])
-		na += float64(ga[i]) * float64(ga[i])
-		nb += float64(gb[i]) * float64(gb[i])
-	}
-	if cos := dot / math.Sqrt(na*nb); !(cos > 0.999) {
+	if cos := cosine(t, baseGrads(t, f32, seqs), baseGrads(t, b16, seqs)); !(cos > 0.999) {
 		t.Errorf("full fine-tuning: cosine of the base gradients, bfloat16 vs float32: %v", cos)
 	} else {
 		t.Logf("full fine-tuning: base gradients' cosine %.6f", cos)
 	}
+}
+
+// cosine is the cosine of the angle between gradients a and b; b must be finite.
+func cosine(t *testing.T, a, b []float32) float64 {
+	t.Helper()
+	var dot, na, nb float64
+	for i := range a {
+		if math.IsNaN(float64(b[i])) || math.IsInf(float64(b[i]), 0) {
+			t.Fatalf("gradient entry %d is %v", i, b[i])
+		}
+		dot += float64(a[i]) * float64(b[i])
+		na += float64(a[i]) * float64(a[i])
+		nb += float64(b[i]) * float64(b[i])
+	}
+	return dot / math.Sqrt(na*nb)
 }
 
 // baseGrads is the gradient of the mean NLL of seqs with respect to m's base weights, flat.
