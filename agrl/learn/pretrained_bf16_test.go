@@ -169,16 +169,7 @@ func TestPretrainedBF16Compute(t *testing.T) {
 	}
 	withRandomAdapters(t, f32)
 	withRandomAdapters(t, b16)
-	env := calc.New()
-	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
-	eps, _, err := b16.Rollout(env, tasks, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eps := calcRollout(t, b16)
 	a, err := f32.Score(tokensOf(eps), 0.9)
 	if err != nil {
 		t.Fatal(err)

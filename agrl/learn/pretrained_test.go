@@ -303,16 +303,7 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 // scores.
 func samplerMatchesScorer(t *testing.T, p *PretrainedPolicy) ([]*agrl.Episode, []TokenScores) {
 	t.Helper()
-	env := calc.New()
-	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
-	eps, _, err := p.Rollout(env, tasks, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eps := calcRollout(t, p)
 	scores, err := p.Score(tokensOf(eps), 0.9)
 	if err != nil {
 		t.Fatal(err)
@@ -337,6 +328,23 @@ func samplerMatchesScorer(t *testing.T, p *PretrainedPolicy) ([]*agrl.Episode, [
 		t.Fatal("the base view scores like the trained model")
 	}
 	return eps, baseScores
+}
+
+// calcRollout plays 4 calc dev tasks with p at temperature 0.9 (seed 2, two turns of at most
+// 10 tokens): the episodes the sampler/scorer checks score at that temperature.
+func calcRollout(t *testing.T, p *PretrainedPolicy) []*agrl.Episode {
+	t.Helper()
+	env := calc.New()
+	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 0.9, Seed: 2, MaxActionTokens: 10}, Limits: agrl.Limits{MaxTurns: 2}}
+	eps, _, err := p.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eps
 }
 
 // TestPretrainedLoRADropout: with lora_dropout the learner's steps draw masks on the adapter
