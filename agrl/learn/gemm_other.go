@@ -22,3 +22,9 @@ func reluGrad(dx, u []float32) { reluGradScalar(dx, u) }
 
 // gemmRowBlock is the row block gemmRows aligns its pieces to.
 func gemmRowBlock() int { return 4 }
+
+// dotRows sets y[r·ldy + j] to the dot product of row r of x [rows, in] and row j of w [n, in]
+// (headkernel.go).
+func dotRows(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
+	dotRowsScalar(x, rows, in, w, n, y, ldy)
+}

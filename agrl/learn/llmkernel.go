@@ -17,7 +17,8 @@ import (
 // tokens) and for one decoding step alike. The copies are made on first use and dropped when
 // the model's weights are collected. A projection the model holds transposed already
 // (llm.Model.Share: a GoMLX store's [in, out] variable) is multiplied as it is, by the same
-// product, so sharing changes no bit. Measured in docs/llm.md ("Speed").
+// product, so sharing changes no bit. The LM head has a kernel of its own that reads it in
+// place, with no copy (headNT, headkernel.go). Measured in docs/llm.md ("Speed").
 func init() {
 	if hostKernels {
 		llm.SetLinear(hostLinear)
@@ -26,6 +27,7 @@ func init() {
 		})
 		llm.SetProduct(hostProduct)
 		llm.SetAttention(hostAttend)
+		llm.SetHead(headNT)
 	}
 }
 

@@ -221,7 +221,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 	n := len(last) / H
 	rmsNorm(last, last, root.norm, H, eps)
 	V := cfg.VocabSize
-	flat := linear(last, n, H, root.head, V, nil)
+	flat := headProduct(last, n, H, root.head, V)
 	out := make([][][]float32, len(caches))
 	for i := range caches {
 		for r := heads[i]; r < heads[i+1]; r++ {
@@ -298,6 +298,25 @@ var linearKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // whatever the other rows (NextBatch relies on it to give a batched sequence the bits it gets
 // alone). Set it before any forward pass runs, not concurrently with one.
 func SetLinear(f func(x []float32, rows, in int, w []float32, out int) []float32) { linearKernel = f }
+
+// headKernel, when set by SetHead, computes the LM head's product.
+var headKernel func(x []float32, rows, in int, w []float32, out int) []float32
+
+// SetHead installs f for the LM head's product (the logits, x·wᵀ for the head or tied
+// embeddings w [vocab, hidden]), in place of SetLinear's kernel: f reads w as it is and keeps
+// no copy of it (the head is the model's largest matrix: a transposed copy for SetLinear's
+// kernels was 0.62 GB at the Qwen3-0.6B shape). Each row of the result must depend on its own
+// row of x only, computed the same way whatever the other rows. nil restores linear. agrl/learn
+// installs its vector kernel with it; set it before any forward pass runs.
+func SetHead(f func(x []float32, rows, in int, w []float32, out int) []float32) { headKernel = f }
+
+// headProduct is the LM head's x·wᵀ: SetHead's kernel, or linear.
+func headProduct(x []float32, rows, in int, w []float32, out int) []float32 {
+	if headKernel == nil {
+		return linear(x, rows, in, w, out, nil)
+	}
+	return headKernel(x, rows, in, w, out)
+}
 
 // productKernel, when set by SetProduct, computes the products of weights that change.
 var productKernel func(x []float32, rows, in int, w []float32, out int) []float32

@@ -1,0 +1,132 @@
+//go:build amd64 && goexperiment.simd
+
+package learn
+
+import "simd/archsimd"
+
+// dotRows sets y[r·ldy + j] to the dot product of row r of x [rows, in] and row j of w [n, in],
+// in headkernel.go's order. Each row of w is read from memory once, and its products with
+// the rows of x accumulate in registers, one accumulator per logit (on AVX2, two 8-lane
+// halves).
+func dotRows(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
+	if rows == 0 || n == 0 {
+		return
+	}
+	if len(x) < rows*in || len(w) < n*in || len(y) < (rows-1)*ldy+n {
+		panic("dotRows: operand too short")
+	}
+	switch {
+	case useAVX2:
+		dotRowsAVX2(x, rows, in, w, n, y, ldy)
+	case hasAVX512:
+		dotRowsAVX512(x, rows, in, w, n, y, ldy)
+	default:
+		dotRowsScalar(x, rows, in, w, n, y, ldy)
+	}
+}
+
+//go:noescape
+func dot8x2AVX512(n16 int, x *float32, ldx int, w *float32, ldw int, u *[16][4]float32)
+
+//go:noescape
+func dot1x4AVX512(n16 int, x *float32, w *float32, ldw int, u *[4][4]float32)
+
+//go:noescape
+func dot1x2AVX512(n16 int, x *float32, w *float32, ldw int, u *[2][4]float32)
+
+// dotRowsAVX512 runs the assembly kernels (headkernel_avx512_amd64.s; in Go, the compiler's
+// register allocation spilled the 16 accumulators of the 8×2 block and ran at half the speed
+// of the transposed product). For fewer than 8 rows of x (decoding a few sequences), each block
+// of 4 rows of w is read from memory once and stays in the L1 cache while the rows of x pass
+// over it; for 8 or more, blocks of 2 rows of w meet 8 rows of x at a time.
+func dotRowsAVX512(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
+	n16 := in / 16
+	k16 := n16 * 16
+	row := func(s []float32, i int) []float32 { return s[i*in : (i+1)*in] }
+	pair := func(j, ldw, cols int) { // the rows of x with rows j, j+ldw/in of w, one at a time
+		var u [2][4]float32
+		for r := range rows {
+			xr := row(x, r)
+			dot1x2AVX512(n16, at(xr, 0), at(w, j*in), ldw, &u)
+			for c := range cols {
+				y[r*ldy+j+c] = dotFinish(&u[c], xr, row(w, j+c), k16)
+			}
+		}
+	}
+	j := 0
+	if rows < 8 {
+		var u [4][4]float32
+		for ; j+4 <= n; j += 4 {
+			for r := range rows {
+				xr := row(x, r)
+				dot1x4AVX512(n16, at(xr, 0), at(w, j*in), in, &u)
+				for c := range 4 {
+					y[r*ldy+j+c] = dotFinish(&u[c], xr, row(w, j+c), k16)
+				}
+			}
+		}
+	} else {
+		var u [16][4]float32
+		for ; j+2 <= n; j += 2 {
+			r := 0
+			for ; r+8 <= rows; r += 8 {
+				dot8x2AVX512(n16, at(x, r*in), in, at(w, j*in), in, &u)
+				for i := range 16 {
+					ri, c := r+i/2, i%2
+					y[ri*ldy+j+c] = dotFinish(&u[i], row(x, ri), row(w, j+c), k16)
+				}
+			}
+			for ; r < rows; r++ {
+				var v [2][4]float32
+				xr := row(x, r)
+				dot1x2AVX512(n16, at(xr, 0), at(w, j*in), in, &v)
+				y[r*ldy+j], y[r*ldy+j+1] = dotFinish(&v[0], xr, row(w, j), k16), dotFinish(&v[1], xr, row(w, j+1), k16)
+			}
+		}
+	}
+	if j+2 <= n {
+		pair(j, in, 2)
+		j += 2
+	}
+	if j < n {
+		pair(j, 0, 1) // the last row of w twice, the copy dropped
+	}
+}
+
+// finish8x2 ends a logit's sum from its 16 partial sums as two 8-lane halves.
+func finish8x2(lo, hi archsimd.Float32x8, x, w []float32, k16 int) float32 {
+	t := lo.Add(hi)
+	var u [4]float32
+	t.GetLo().Add(t.GetHi()).Store(&u)
+	return dotFinish(&u, x, w, k16)
+}
+
+func dotRowsAVX2(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
+	k16 := in &^ 15
+	for j := range n {
+		wj := w[j*in : (j+1)*in]
+		r := 0
+		for ; r+4 <= rows; r += 4 {
+			x0, x1, x2, x3 := x[r*in:(r+1)*in], x[(r+1)*in:(r+2)*in], x[(r+2)*in:(r+3)*in], x[(r+3)*in:(r+4)*in]
+			var l0, h0, l1, h1, l2, h2, l3, h3 archsimd.Float32x8
+			for k := 0; k < k16; k += 16 {
+				bl, bh := load8(at(wj, k)), load8(at(wj, k+8))
+				l0, h0 = load8(at(x0, k)).MulAdd(bl, l0), load8(at(x0, k+8)).MulAdd(bh, h0)
+				l1, h1 = load8(at(x1, k)).MulAdd(bl, l1), load8(at(x1, k+8)).MulAdd(bh, h1)
+				l2, h2 = load8(at(x2, k)).MulAdd(bl, l2), load8(at(x2, k+8)).MulAdd(bh, h2)
+				l3, h3 = load8(at(x3, k)).MulAdd(bl, l3), load8(at(x3, k+8)).MulAdd(bh, h3)
+			}
+			y[r*ldy+j], y[(r+1)*ldy+j] = finish8x2(l0, h0, x0, wj, k16), finish8x2(l1, h1, x1, wj, k16)
+			y[(r+2)*ldy+j], y[(r+3)*ldy+j] = finish8x2(l2, h2, x2, wj, k16), finish8x2(l3, h3, x3, wj, k16)
+		}
+		for ; r < rows; r++ {
+			xr := x[r*in : (r+1)*in]
+			var lo, hi archsimd.Float32x8
+			for k := 0; k < k16; k += 16 {
+				lo, hi = load8(at(xr, k)).MulAdd(load8(at(wj, k)), lo), load8(at(xr, k+8)).MulAdd(load8(at(wj, k+8)), hi)
+			}
+			y[r*ldy+j] = finish8x2(lo, hi, xr, wj, k16)
+		}
+	}
+	clearUpper8x2()
+}
