@@ -7,6 +7,8 @@
 // increasing k, from 0) stay in a register; at the end each is folded to 4 sums, u[l] =
 // (s[l] + s[l+8]) + (s[l+4] + s[l+12]) as t[l] + t[l+4] with t[l] = s[l] + s[l+8], and
 // stored; dotFinish adds the 4 in Go. n16 is the number of 16-wide blocks of k.
+//
+// Written by scripts/gen_headkernel_asm.py: edit that, not this file.
 
 // func dot8x2AVX512(n16 int, x *float32, ldx int, w *float32, ldw int, u *[16][4]float32)
 //
@@ -253,3 +255,4 @@ fold1x2:
 	VMOVUPS X1, 16(BX)
 	VZEROUPPER
 	RET
+
