@@ -59,16 +59,16 @@ def onexm(m):
     P(f"""// func dot1x{m}AVX512(n16 int, x *float32, w *float32, ldw int, u *[{m}][4]float32)
 //
 // u[c] for one row x and rows c < {m} of w (row step ldw floats). Z0–Z{m-1} the accumulators,
-// Z16 x at k; w's rows through DI (0–2) and R13 (3).
+// Z16 x at k; w's rows through {"DI (0–2) and R13 (3)" if m > 2 else "DI"}.
 TEXT ·dot1x{m}AVX512(SB), NOSPLIT, $0-40
 	MOVQ n16+0(FP), CX
 	MOVQ x+8(FP), SI
 	MOVQ w+16(FP), DI
 	MOVQ ldw+24(FP), R10
 	SHLQ $2, R10
-	MOVQ u+32(FP), BX
-	LEAQ (DI)(R10*2), R13
-	ADDQ R10, R13""")
+	MOVQ u+32(FP), BX""")
+    if m > 2:
+        P("\tLEAQ (DI)(R10*2), R13\n\tADDQ R10, R13")
     for i in range(m):
         P(f"\tVPXORD Z{i}, Z{i}, Z{i}")
     P(f"\tTESTQ CX, CX\n\tJZ fold1x{m}\nloop1x{m}:")
@@ -76,7 +76,8 @@ TEXT ·dot1x{m}AVX512(SB), NOSPLIT, $0-40
     ws = ["(DI)", "(DI)(R10*1)", "(DI)(R10*2)", "(R13)"]
     for c in range(m):
         P(f"\tVFMADD231PS {ws[c]}, Z16, Z{c}")
-    P(f"\tADDQ $64, SI\n\tADDQ $64, DI\n\tADDQ $64, R13\n\tDECQ CX\n\tJNZ loop1x{m}\nfold1x{m}:")
+    P("\tADDQ $64, SI\n\tADDQ $64, DI" + ("\n\tADDQ $64, R13" if m > 2 else ""))
+    P(f"\tDECQ CX\n\tJNZ loop1x{m}\nfold1x{m}:")
     for i in range(m):
         fold(i, 16*i)
     P("\tVZEROUPPER\n\tRET\n")

@@ -6,9 +6,10 @@ import "runtime"
 // the head (or the tied embeddings) w [vocab, hidden], read as it is. The other projections
 // run on gemm over a transposed copy of their weight (hostLinear), made once; for the head,
 // the largest matrix of a small model (151936 × 1024 floats, 0.62 GB, at the Qwen3-0.6B
-// shape), that copy would double its memory, and its product is only ever asked for a few
-// rows (each sequence's last position while sampling), where reading w once is the whole cost
-// in either layout. So each logit is a dot product along the hidden axis instead:
+// shape), that copy would double its memory, and while sampling its product is asked for a
+// few rows (each sequence's last position), where reading w once is the whole cost in either
+// layout (Logits and Step ask for every position's; BenchmarkHeadNT measures 64 rows too).
+// So each logit is a dot product along the hidden axis instead:
 //
 //	sixteen partial sums s[l] = Σ x[k]·w[k] over k ≡ l (mod 16), k < hidden&^15, each a chain
 //	of fused multiply-adds in increasing k; then t[l] = s[l] + s[l+8] for l < 8; then

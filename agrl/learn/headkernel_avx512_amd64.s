@@ -219,7 +219,7 @@ fold1x4:
 // func dot1x2AVX512(n16 int, x *float32, w *float32, ldw int, u *[2][4]float32)
 //
 // u[c] for one row x and rows c < 2 of w (row step ldw floats). Z0–Z1 the accumulators,
-// Z16 x at k; w's rows through DI (0–2) and R13 (3).
+// Z16 x at k; w's rows through DI.
 TEXT ·dot1x2AVX512(SB), NOSPLIT, $0-40
 	MOVQ n16+0(FP), CX
 	MOVQ x+8(FP), SI
@@ -227,8 +227,6 @@ TEXT ·dot1x2AVX512(SB), NOSPLIT, $0-40
 	MOVQ ldw+24(FP), R10
 	SHLQ $2, R10
 	MOVQ u+32(FP), BX
-	LEAQ (DI)(R10*2), R13
-	ADDQ R10, R13
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	TESTQ CX, CX
@@ -239,7 +237,6 @@ loop1x2:
 	VFMADD231PS (DI)(R10*1), Z16, Z1
 	ADDQ $64, SI
 	ADDQ $64, DI
-	ADDQ $64, R13
 	DECQ CX
 	JNZ loop1x2
 fold1x2:
