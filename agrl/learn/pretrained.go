@@ -257,7 +257,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 // layout: 4.5 GB at the Qwen3-0.6B shape) while the heap's next collection is set by what was
 // live before it, so without one the rollouts that follow take every new buffer from memory
 // the process has not touched yet, and run slower until the runtime happens to collect
-// (measured in docs/llm.md, "Speed": prefill, decoding and batched decoding 1.4–1.9× faster
+// (measured in docs/llm.md, "Speed": prefill, decoding and batched decoding 1.25–1.86× faster
 // at that shape with it).
 func collectLoadGarbage() { runtime.GC() }
 
