@@ -43,9 +43,9 @@ func dotRowsAVX512(x []float32, rows, in int, w []float32, n int, y []float32, l
 	n16 := in / 16
 	k16 := n16 * 16
 	row := func(s []float32, i int) []float32 { return s[i*in : (i+1)*in] }
-	pair := func(j, ldw, cols int) { // the rows of x with rows j, j+ldw/in of w, one at a time
+	pair := func(j, ldw, cols, r0 int) { // rows r0… of x with rows j, j+ldw/in of w, one at a time
 		var u [2][4]float32
-		for r := range rows {
+		for r := r0; r < rows; r++ {
 			xr := row(x, r)
 			dot1x2AVX512(n16, at(xr, 0), at(w, j*in), ldw, &u)
 			for c := range cols {
@@ -76,20 +76,15 @@ func dotRowsAVX512(x []float32, rows, in int, w []float32, n int, y []float32, l
 					y[ri*ldy+j+c] = dotFinish(&u[i], row(x, ri), row(w, j+c), k16)
 				}
 			}
-			for ; r < rows; r++ {
-				var v [2][4]float32
-				xr := row(x, r)
-				dot1x2AVX512(n16, at(xr, 0), at(w, j*in), in, &v)
-				y[r*ldy+j], y[r*ldy+j+1] = dotFinish(&v[0], xr, row(w, j), k16), dotFinish(&v[1], xr, row(w, j+1), k16)
-			}
+			pair(j, in, 2, r)
 		}
 	}
 	if j+2 <= n {
-		pair(j, in, 2)
+		pair(j, in, 2, 0)
 		j += 2
 	}
 	if j < n {
-		pair(j, 0, 1) // the last row of w twice, the copy dropped
+		pair(j, 0, 1, 0) // the last row of w twice, the copy dropped
 	}
 }
 
