@@ -24,8 +24,10 @@ import (
 //   - decode: tokens/s of 32 single-token steps after it (batch 1, the sampler's inner loop);
 //   - decode_batch8: tokens/s of 32 steps of 8 sequences decoded together (llm.Model.NextBatch,
 //     what a rollout of a group does), after a 64-token prompt each;
-//   - score: tokens/s of the per-token log-probs of 4 sequences of 256 tokens through the GoMLX
-//     graph (the trainer's reference and old-policy pass), after a warm-up call;
+//   - score: tokens/s of the per-token log-probs and entropies of 4 sequences of 256 tokens
+//     (the trainer's reference pass; PretrainedPolicy.Score), after a warm-up call: on the
+//     host where the policy decodes there, and then graph_score, the same through the GoMLX
+//     graph; on the graph otherwise;
 //   - train: tokens/s of one LoRA optimizer step (rank 16, every projection) on 4 sequences of
 //     256 tokens through the GoMLX graphs (log-probs, loss, gradients of the adapters, AdamW),
 //     the median of 3 steps after one warm-up step that compiles the graphs. With
@@ -145,14 +147,23 @@ func TestLLMThroughput(t *testing.T) {
 			b.Values[name] = append(b.Values[name], v)
 		}
 	}
-	if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph
-		t.Fatal(err)
+	scoreSpeed := func() float64 {
+		if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := p.Score(b.Tokens, 1); err != nil {
+			t.Fatal(err)
+		}
+		return float64(batch*(seqLen-1)) / time.Since(start).Seconds()
 	}
-	start = time.Now()
-	if _, err := p.Score(b.Tokens, 1); err != nil {
-		t.Fatal(err)
+	score := scoreSpeed()
+	var graphScore float64
+	if !p.GraphDecoding() { // Score ran on the host: the graph's too
+		p.graphScoring = true
+		graphScore = scoreSpeed()
+		p.graphScoring = false
 	}
-	score := float64(batch*(seqLen-1)) / time.Since(start).Seconds()
 	var secs, syncs []float64
 	for i := range 4 {
 		st, err := l.Step(b)
@@ -173,6 +184,9 @@ func TestLLMThroughput(t *testing.T) {
 	rec := map[string]any{"impl": "agrl", "shape": shape, "backend": p.BackendConfig(),
 		"prefill_tokens_per_s": round1(prefill), "decode_tokens_per_s": round1(dec), "decode_batch8_tokens_per_s": round1(dec8), "score_tokens_per_s": round1(score), "train_tokens_per_s": round1(train),
 		"lora_params": p.AdapterParams()}
+	if graphScore > 0 {
+		rec["graph_score_tokens_per_s"] = round1(graphScore)
+	}
 	if p.GraphDecoding() || os.Getenv("AGRL_BENCH_GRAPH") == "1" {
 		gp, gd, gd8 := graphDecodeThroughput(t, p, ids, prompt, decode, group)
 		rec["graph_prefill_tokens_per_s"], rec["graph_decode_tokens_per_s"], rec["graph_decode_batch8_tokens_per_s"] = round1(gp), round1(gd), round1(gd8)

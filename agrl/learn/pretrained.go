@@ -89,8 +89,11 @@ type PretrainedPolicy struct {
 	// graphDecoding is set when rollouts decode with the graph on the backend
 	// (agrl.PretrainedLM.Decoding); decoders holds its decoder of each view.
 	graphDecoding bool
-	decMu         sync.Mutex
-	decoders      map[string]*graphDecoder
+	// graphScoring makes Score use the graph where it would use the host model (tests
+	// compare the two).
+	graphScoring bool
+	decMu        sync.Mutex
+	decoders     map[string]*graphDecoder
 }
 
 // GraphDecoding reports whether rollouts decode with the model's graph on the backend (the KV
@@ -548,7 +551,7 @@ func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rol
 // Score computes per-token log-probabilities and entropies with the adapters (the contract of
 // Policy.Score: entry i is about token i+1).
 func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return p.score(seqs, temperature, "", p.graph)
+	return p.score(seqs, temperature, "", p.graph, p.Agent)
 }
 
 // BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference
@@ -568,7 +571,7 @@ func (b pretrainedBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rollou
 	return b.p.sampler(b.p.agent, b.p.graph.Base(), "base").Rollout(env, tasks, opt)
 }
 func (b pretrainedBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return b.p.score(seqs, temperature, "base", b.p.graph.Base())
+	return b.p.score(seqs, temperature, "base", b.p.graph.Base(), b.p.baseAgent)
 }
 func (b pretrainedBase) BackendConfig() string      { return b.p.backendConfig }
 func (b pretrainedBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
@@ -626,7 +629,7 @@ func (r pretrainedRef) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rollout
 	return r.p.sampler(r.agent, r.graph, "reference").Rollout(env, tasks, opt)
 }
 func (r pretrainedRef) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return r.p.score(seqs, temperature, "reference", r.graph)
+	return r.p.score(seqs, temperature, "reference", r.graph, func() (*agent.Policy, error) { return r.agent, nil })
 }
 func (r pretrainedRef) BackendConfig() string      { return r.p.backendConfig }
 func (r pretrainedRef) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
@@ -676,9 +679,32 @@ func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inpu
 	return newExecOn(p.backend, p.store, name, fn)
 }
 
-func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view string, m *hfgraph.Model) ([]TokenScores, error) {
+// baseAgent is the host sampler of the base model (adapters off).
+func (p *PretrainedPolicy) baseAgent() (*agent.Policy, error) { return p.agent, nil }
+
+// score is Score for one view of the model: m is the view's graph, host gives its host
+// sampler. Where rollouts decode on the host (the go backend, float32 products: see
+// GraphDecoding) the scores come from the host model too, through the same kernels and the
+// same log-softmax as the sampler (agent.Policy.ScoreBatch: a token the sampler drew scores
+// the log-prob it recorded, bit for bit) at 2–3× the graph's speed; otherwise from the graph.
+func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view string, m *hfgraph.Model, host func() (*agent.Policy, error)) ([]TokenScores, error) {
 	if err := p.checkSeqs(seqs); err != nil {
 		return nil, err
+	}
+	if !p.graphDecoding && !p.graphScoring {
+		ag, err := host()
+		if err != nil {
+			return nil, err
+		}
+		sc, err := ag.ScoreBatch(seqs, temperature)
+		if err != nil {
+			return nil, fmt.Errorf("agrl: Score: %w", err)
+		}
+		out := make([]TokenScores, len(seqs))
+		for i, s := range sc { // agent's entry j is about token j; ours, entry j-1
+			out[i] = TokenScores{LogProbs: s.LogProbs[1:], Entropy: s.Entropy[1:]}
+		}
+		return out, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

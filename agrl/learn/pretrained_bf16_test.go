@@ -125,6 +125,7 @@ func TestPretrainedBF16Weights(t *testing.T) {
 		if !ok || back.Graph().DType() != dtypes.BFloat16 {
 			t.Fatalf("LoadModel gave %T, not a pretrained policy stored in bfloat16", m)
 		}
+		back.graphScoring = rounded.graphDecoding // LoadModel's policy decodes, and scores, on the host
 		c, err := back.Score(tokensOf(eps), 0.9)
 		if err != nil {
 			t.Fatal(err)

@@ -285,9 +285,9 @@ func transposeF32(w []float32, rows, cols int) []float32 {
 	return out
 }
 
-// TestPretrainedScoreMatchesSampler: the graph scorer's log-probs of sampled episodes equal
-// those the host sampler recorded (adapters on, after an update), to 1e-4, and the base view
-// scores the base model.
+// TestPretrainedScoreMatchesSampler: the scorers' log-probs of sampled episodes equal those
+// the host sampler recorded (adapters on, after an update) — the host scorer's bit for bit,
+// the graph's to 1e-4 — and the base view scores the base model.
 func TestPretrainedScoreMatchesSampler(t *testing.T) {
 	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).MicroBatch(3), 5)
 	if err != nil {
@@ -297,35 +297,62 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 	samplerMatchesScorer(t, p)
 }
 
-// samplerMatchesScorer plays 4 calc episodes with p and checks that the graph scorer's
-// log-probs of the sampled tokens equal the sampler's to 1e-4 and that the base view's differ
-// (p's trainable weights are not the base's); it returns the episodes and the base view's
-// scores.
+// samplerMatchesScorer plays 4 calc episodes with p and checks that the scorer's log-probs of
+// the sampled tokens equal the sampler's to 1e-4 and that the base view's differ (p's
+// trainable weights are not the base's). Where p scores on the host it checks the graph too:
+// the host's log-probs are the sampler's bit for bit, and the two scorers agree to 1e-4 in
+// log-probs and entropies at every position, for the policy and its base view. It returns the
+// episodes and the base view's scores (the graph's where p scores on the graph).
 func samplerMatchesScorer(t *testing.T, p *PretrainedPolicy) ([]*agrl.Episode, []TokenScores) {
 	t.Helper()
 	eps := calcRollout(t, p)
-	scores, err := p.Score(tokensOf(eps), 0.9)
-	if err != nil {
-		t.Fatal(err)
+	passes := []bool{false, true} // graph scoring off (the host's, where p decodes there), on
+	if p.graphDecoding {
+		passes = []bool{true}
 	}
-	baseScores, err := p.BaseModel().Score(tokensOf(eps), 0.9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	differs := false
-	for i, ep := range eps {
-		for j := 1; j < len(ep.Tokens); j++ {
-			if ep.LossMask[j] == 0 {
-				continue
-			}
-			if d := math.Abs(float64(scores[i].LogProbs[j-1] - ep.LogProbs[j])); d > 1e-4 {
-				t.Fatalf("episode %d token %d: scorer %v, sampler %v", i, j, scores[i].LogProbs[j-1], ep.LogProbs[j])
-			}
-			differs = differs || math.Abs(float64(baseScores[i].LogProbs[j-1]-ep.LogProbs[j])) > 1e-3
+	var scores, baseScores []TokenScores
+	for _, graph := range passes {
+		p.graphScoring = graph
+		s, err := p.Score(tokensOf(eps), 0.9)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if !differs {
-		t.Fatal("the base view scores like the trained model")
+		bs, err := p.BaseModel().Score(tokensOf(eps), 0.9)
+		p.graphScoring = false
+		if err != nil {
+			t.Fatal(err)
+		}
+		differs := false
+		for i, ep := range eps {
+			for j := 1; j < len(ep.Tokens); j++ {
+				if ep.LossMask[j] == 0 {
+					continue
+				}
+				if d := math.Abs(float64(s[i].LogProbs[j-1] - ep.LogProbs[j])); d > 1e-4 || (!graph && d != 0) {
+					t.Fatalf("graph scorer %v: episode %d token %d: scorer %v, sampler %v", graph, i, j, s[i].LogProbs[j-1], ep.LogProbs[j])
+				}
+				differs = differs || math.Abs(float64(bs[i].LogProbs[j-1]-ep.LogProbs[j])) > 1e-3
+			}
+		}
+		if !differs {
+			t.Fatal("the base view scores like the trained model")
+		}
+		if scores != nil { // the host's, then the graph's
+			for i := range eps {
+				for _, pair := range [][2][]float32{{scores[i].LogProbs, s[i].LogProbs}, {scores[i].Entropy, s[i].Entropy},
+					{baseScores[i].LogProbs, bs[i].LogProbs}, {baseScores[i].Entropy, bs[i].Entropy}} {
+					if len(pair[0]) != len(pair[1]) {
+						t.Fatalf("episode %d: %d host scores, %d graph scores", i, len(pair[0]), len(pair[1]))
+					}
+					for j := range pair[0] {
+						if d := math.Abs(float64(pair[0][j] - pair[1][j])); d > 1e-4 {
+							t.Fatalf("episode %d position %d: host %v, graph %v", i, j, pair[0][j], pair[1][j])
+						}
+					}
+				}
+			}
+		}
+		scores, baseScores = s, bs
 	}
 	return eps, baseScores
 }

@@ -299,3 +299,59 @@ func TestNextBatch(t *testing.T) {
 		})
 	}
 }
+
+// StepBatch gives each sequence, bit for bit, the logits of every position that Step gives
+// it alone (sequences at different positions, fed different numbers of ids), grows each
+// cache as Step does, and refuses a batch with a shared cache or mismatched lists.
+func TestStepBatch(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			m := loadVariant(t, v.name)
+			V := int32(m.Config().VocabSize)
+			seq := func(n, salt int) []int32 {
+				s := make([]int32, n)
+				for i := range s {
+					s[i] = int32((i*31+salt*7+3)%int(V-1)) + 1
+				}
+				return s
+			}
+			prefixes := [][]int32{seq(5, 1), nil, seq(9, 3)}
+			feeds := [][]int32{seq(6, 4), seq(11, 5), {7}}
+			batch, alone := make([]*Cache, len(prefixes)), make([]*Cache, len(prefixes))
+			for i, p := range prefixes {
+				batch[i], alone[i] = m.NewCache(), m.NewCache()
+				if len(p) == 0 {
+					continue
+				}
+				if _, err := m.Step(batch[i], p); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := m.Step(alone[i], p); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := m.StepBatch(batch, feeds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range feeds {
+				want, err := m.Step(alone[i], feeds[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got[i]) != len(feeds[i]) || !sameBits(got[i], want) {
+					t.Fatalf("sequence %d: StepBatch's %d rows differ from Step's %d", i, len(got[i]), len(want))
+				}
+				if batch[i].Len() != alone[i].Len() {
+					t.Fatalf("sequence %d: cache length %d, Step's %d", i, batch[i].Len(), alone[i].Len())
+				}
+			}
+			if _, err := m.StepBatch(batch[:2], feeds); err == nil || !strings.Contains(err.Error(), "caches for") {
+				t.Errorf("mismatched lists: %v", err)
+			}
+			if _, err := m.StepBatch([]*Cache{batch[0], batch[0]}, [][]int32{{1}, {2}}); err == nil || !strings.Contains(err.Error(), "also sequence 0") {
+				t.Errorf("a shared cache: %v", err)
+			}
+		})
+	}
+}

@@ -112,6 +112,18 @@ func (m *Model) NextBatch(caches []*Cache, ids [][]int32) ([][]float32, error) {
 	return out, nil
 }
 
+// StepBatch is Step for several sequences at once: it appends ids[i] to caches[i] and returns,
+// for each i, the logits at every one of ids[i]'s positions. Like NextBatch, the sequences
+// share every pass over the weights, and each sequence's logits are bit for bit those Step
+// returns for it alone. Every cache must be distinct and each (cache, ids) valid as for Step;
+// on an error no cache is changed.
+func (m *Model) StepBatch(caches []*Cache, ids [][]int32) ([][][]float32, error) {
+	if len(caches) != len(ids) {
+		return nil, fmt.Errorf("llm: StepBatch: %d caches for %d id lists", len(caches), len(ids))
+	}
+	return m.forwardMany(caches, ids, false)
+}
+
 // forward runs ids (T tokens at positions c.n, c.n+1, ...) through the model, appending their
 // keys and values to c, and returns the logits of every position, or of the last one only.
 func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, error) {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -268,44 +267,4 @@ func (p *Policy) Prompt(tools []agrl.Tool, userPrompt string) ([]int32, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	return p.tok.Encode(text), nil
-}
-
-// scoreChunk is how many positions Score runs at once: it bounds the logits held in memory
-// (scoreChunk × vocabulary floats) without giving up the batched forward.
-const scoreChunk = 32
-
-// Score returns the log-probability of each token of tokens given the tokens before it, at
-// temperature t (0 means 1, as for greedy sampling, see agrl.Sampling), under the full
-// distribution: log softmax(logits/t)[tokens[j]] at position j, and 0 at position 0. On the
-// tokens an episode sampled it gives back the episode's LogProbs (to float32 rounding): the
-// quantity GRPO's ratio compares.
-func (p *Policy) Score(tokens []int32, t float64) ([]float32, error) {
-	if math.IsNaN(t) || t < 0 {
-		return nil, fmt.Errorf("agent: Score: temperature %v", t)
-	}
-	out := make([]float32, len(tokens))
-	if len(tokens) < 2 {
-		return out, nil
-	}
-	invT := invTemperature(t)
-	c := p.model.NewCache()
-	lp := make([]float64, p.model.Config().VocabSize)
-	for start := 0; start < len(tokens)-1; start += scoreChunk {
-		end := min(start+scoreChunk, len(tokens)-1)
-		rows, err := p.model.Step(c, tokens[start:end])
-		if err != nil {
-			return nil, fmt.Errorf("agent: Score: %w", err)
-		}
-		for r, row := range rows {
-			if err := logSoftmax(lp, row, invT); err != nil {
-				return nil, fmt.Errorf("agent: Score: position %d: %w", start+r, err)
-			}
-			next := tokens[start+r+1]
-			if next < 0 || int(next) >= len(lp) {
-				return nil, fmt.Errorf("agent: Score: token %d outside the vocabulary", next)
-			}
-			out[start+r+1] = float32(lp[next])
-		}
-	}
-	return out, nil
 }

@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"agrl.dev/agrl/llm"
+)
+
+// scoreRows bounds the positions one forward pass of ScoreBatch runs, over all the sequences
+// in it: the logits it holds at once are scoreRows × vocabulary floats (78 MB at Qwen3's
+// 151,936), and 128 rows keep the products' weight reads shared by enough rows.
+const scoreRows = 128
+
+// Scores are one sequence's per-token statistics under the policy, indexed like the
+// sequence: entry j is about token j given the tokens before it, and entry 0 is 0.
+type Scores struct {
+	// LogProbs[j] is log softmax(logits/t)[tokens[j]] at position j-1: what the sampler
+	// records for a token it draws (Episode.LogProbs).
+	LogProbs []float32
+	// Entropy[j] is the entropy (nats) of that distribution, the one token j was drawn from.
+	Entropy []float32
+}
+
+// Score returns the log-probability of each token of tokens given the tokens before it, at
+// temperature t (0 means 1, as for greedy sampling, see agrl.Sampling), under the full
+// distribution: log softmax(logits/t)[tokens[j]] at position j, and 0 at position 0. On the
+// tokens an episode sampled it gives back the episode's LogProbs: the quantity GRPO's ratio
+// compares. It is ScoreBatch's LogProbs for one sequence.
+func (p *Policy) Score(tokens []int32, t float64) ([]float32, error) {
+	s, err := p.ScoreBatch([][]int32{tokens}, t)
+	if err != nil {
+		return nil, err
+	}
+	return s[0].LogProbs, nil
+}
+
+// ScoreBatch scores several sequences with the model on the host (never WithDecoder's
+// decoder): log-probabilities and entropies of every token at temperature t, as Scores lays
+// them out. The sequences share the model's passes over the weights (llm.Model.StepBatch,
+// at most scoreRows positions a pass), so scoring a rollout's episodes together costs about
+// what one long sequence of their total length does, and the row-wise work runs on every
+// core. Each token's log-probability is computed as the sampler computes it (the same
+// logits, the same float64 log-softmax), so a sequence scores the same alone or in a batch.
+// A sequence shorter than two tokens scores zeros; ids outside the vocabulary, a sequence
+// past the context and logits that are NaN or have no finite value are errors.
+func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
+	if math.IsNaN(t) || t < 0 || math.IsInf(t, 1) {
+		return nil, fmt.Errorf("agent: Score: temperature %v", t)
+	}
+	invT := invTemperature(t)
+	V, maxPos := p.model.Config().VocabSize, p.model.Config().MaxPositionEmbeddings
+	out := make([]Scores, len(seqs))
+	var todo []int // sequences with a token to score, in order
+	for i, s := range seqs {
+		out[i] = Scores{LogProbs: make([]float32, len(s)), Entropy: make([]float32, len(s))}
+		if len(s) < 2 {
+			continue
+		}
+		if n := len(s) - 1; n > maxPos { // the last token is scored, not fed
+			return nil, fmt.Errorf("agent: Score: sequence %d: %d tokens exceed max_position_embeddings %d (+1, the last token is only scored)", i, len(s), maxPos)
+		}
+		for j, id := range s {
+			if id < 0 || int(id) >= V {
+				return nil, fmt.Errorf("agent: Score: sequence %d: token %d (position %d) is outside the vocabulary [0, %d)", i, id, j, V)
+			}
+		}
+		todo = append(todo, i)
+	}
+	// A pass takes the next positions of the sequences in order — the unfinished one first —
+	// until scoreRows rows; a sequence's positions 0 … n-2 are fed (the last token is only
+	// scored).
+	type part struct {
+		seq, from, to int // positions [from, to) of seqs[seq]
+	}
+	caches := map[int]*llm.Cache{}
+	next, done := 0, map[int]int{} // done[i]: positions of sequence i fed so far
+	for next < len(todo) {
+		var parts []part
+		var cs []*llm.Cache
+		var feeds [][]int32
+		budget := scoreRows
+		for k := next; k < len(todo) && budget > 0; k++ {
+			i := todo[k]
+			from := done[i]
+			to := min(len(seqs[i])-1, from+budget)
+			if caches[i] == nil {
+				caches[i] = p.model.NewCache()
+			}
+			parts = append(parts, part{i, from, to})
+			cs, feeds = append(cs, caches[i]), append(feeds, seqs[i][from:to])
+			budget -= to - from
+		}
+		rows, err := p.model.StepBatch(cs, feeds)
+		if err != nil { // the sequences were checked: a failure here is the model's
+			return nil, fmt.Errorf("agent: Score: %w", err)
+		}
+		type row struct {
+			z        []float32
+			seq, pos int // the row scores token pos of seqs[seq]
+		}
+		var all []row
+		for k, pt := range parts {
+			for r, z := range rows[k] {
+				all = append(all, row{z, pt.seq, pt.from + r + 1})
+			}
+		}
+		var firstErr error
+		var mu sync.Mutex
+		eachPart(len(all), func(lo, hi int) {
+			for _, r := range all[lo:hi] {
+				lp, ent, err := tokenStats(r.z, invT, seqs[r.seq][r.pos])
+				if err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("agent: Score: sequence %d position %d: %w", r.seq, r.pos-1, err)
+					}
+					mu.Unlock()
+					return
+				}
+				out[r.seq].LogProbs[r.pos], out[r.seq].Entropy[r.pos] = float32(lp), float32(ent)
+			}
+		})
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		for _, pt := range parts {
+			done[pt.seq] = pt.to
+			if pt.to == len(seqs[pt.seq])-1 {
+				delete(caches, pt.seq) // its memory goes with the sequence
+				next++
+			}
+		}
+	}
+	return out, nil
+}
+
+// tokenStats returns, for the logits z at inverse temperature invT, the log-probability of
+// token id and the distribution's entropy, in float64. The log-probability is the sampler's
+// (logSoftmax: the same maximum, the same sum in the same order, so the same bits); the
+// entropy comes from the same pass, H = log Σe − Σe·d / Σe with d = x − max, e = exp(d).
+func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error) {
+	mx := math.Inf(-1)
+	for _, v := range z {
+		x := float64(v) * invT
+		if math.IsNaN(x) || math.IsInf(x, 1) {
+			return 0, 0, errNonFinite
+		}
+		mx = max(mx, x)
+	}
+	if math.IsInf(mx, -1) {
+		return 0, 0, errNonFinite
+	}
+	var sum, sd float64
+	for _, v := range z {
+		d := float64(v)*invT - mx
+		e := math.Exp(d)
+		sum += e
+		if e != 0 {
+			sd += e * d
+		}
+	}
+	lse := mx + math.Log(sum)
+	return float64(z[id])*invT - lse, math.Log(sum) - sd/sum, nil
+}
+
+// eachPart runs f over [0, n) split into contiguous parts, one per goroutine, over up to
+// GOMAXPROCS goroutines.
+func eachPart(n int, f func(lo, hi int)) {
+	workers := min(n, runtime.GOMAXPROCS(0))
+	if workers <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*n/workers, (w+1)*n/workers
+		wg.Go(func() { f(lo, hi) })
+	}
+	wg.Wait()
+}

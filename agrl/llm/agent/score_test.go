@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/envs/calc"
+)
+
+// TestScoreBatch: scoring a rollout's episodes together with sequences of other lengths (one
+// spanning several passes, one of a single token, an empty one) gives each sequence, bit for
+// bit, what it gets alone; the log-probs of the sampled tokens are the ones the sampler
+// recorded, bit for bit; and every log-prob and entropy agrees with a float64 softmax of the
+// whole sequence's logits (llm.Model.Logits).
+func TestScoreBatch(t *testing.T) {
+	for _, fc := range formats {
+		t.Run(string(fc.family), func(t *testing.T) {
+			p := loadPolicy(t, fc.family, fc.format)
+			const temperature = 0.8
+			tasks := []agrl.Task{mustTask(t, "12+30"), mustTask(t, "7*6"), mustTask(t, "81-9")}
+			eps, _, err := p.Rollout(calc.New().Turns(2), tasks, agrl.RolloutOptions{
+				Sampling: agrl.Sampling{Temperature: temperature, Seed: 3, MaxActionTokens: 12}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(1, 1))
+			long := make([]int32, scoreRows*2+37) // three passes
+			for i := range long {
+				long[i] = int32(rng.IntN(testVocab))
+			}
+			seqs := [][]int32{eps[0].Tokens, long, {5}, eps[1].Tokens, nil, eps[2].Tokens}
+			got, err := p.ScoreBatch(seqs, temperature)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range seqs {
+				alone, err := p.ScoreBatch([][]int32{s}, temperature)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(got[i].LogProbs) != len(s) || len(got[i].Entropy) != len(s) {
+					t.Fatalf("sequence %d: %d log-probs and %d entropies for %d tokens", i, len(got[i].LogProbs), len(got[i].Entropy), len(s))
+				}
+				if !sameBits(got[i].LogProbs, alone[0].LogProbs) || !sameBits(got[i].Entropy, alone[0].Entropy) {
+					t.Fatalf("sequence %d scores differently in the batch and alone", i)
+				}
+				if len(s) < 2 {
+					if len(s) == 1 && (got[i].LogProbs[0] != 0 || got[i].Entropy[0] != 0) {
+						t.Fatalf("a one-token sequence scored %v", got[i])
+					}
+					continue
+				}
+				rows, err := p.Model().Logits(s[:len(s)-1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for j := 1; j < len(s); j++ {
+					ref := logSoftmaxRef(rows[j-1], temperature)
+					ent := 0.0
+					for _, lp := range ref {
+						ent -= math.Exp(lp) * lp
+					}
+					if d := math.Abs(float64(got[i].LogProbs[j]) - ref[s[j]]); d > 1e-5 {
+						t.Fatalf("sequence %d position %d: log-prob %v, reference %v", i, j, got[i].LogProbs[j], ref[s[j]])
+					}
+					if d := math.Abs(float64(got[i].Entropy[j]) - ent); d > 1e-5 {
+						t.Fatalf("sequence %d position %d: entropy %v, reference %v", i, j, got[i].Entropy[j], ent)
+					}
+				}
+			}
+			sampled := 0
+			for k, ep := range eps {
+				i := []int{0, 3, 5}[k]
+				for j, m := range ep.LossMask {
+					if m == 0 {
+						continue
+					}
+					sampled++
+					if math.Float32bits(got[i].LogProbs[j]) != math.Float32bits(ep.LogProbs[j]) {
+						t.Fatalf("episode %d position %d: scored %v, the sampler recorded %v", k, j, got[i].LogProbs[j], ep.LogProbs[j])
+					}
+				}
+			}
+			if sampled == 0 {
+				t.Fatal("no sampled token")
+			}
+		})
+	}
+}
+
+// ScoreBatch refuses bad input with an error that names the sequence, and changes nothing.
+func TestScoreBatchErrors(t *testing.T) {
+	p := loadPolicy(t, hf.Qwen3, nil)
+	maxPos := p.Model().Config().MaxPositionEmbeddings
+	for _, c := range []struct {
+		seqs [][]int32
+		temp float64
+		want string
+	}{
+		{[][]int32{{1, 2}, {1, testVocab}}, 1, "sequence 1: token 320 (position 1) is outside the vocabulary"},
+		{[][]int32{{-1, 2}}, 1, "sequence 0: token -1 (position 0)"},
+		{[][]int32{{1, 2}, {}, make([]int32, maxPos+2)}, 1, "sequence 2: 2050 tokens exceed max_position_embeddings 2048"},
+		{[][]int32{{1, 2}}, math.NaN(), "temperature NaN"},
+		{[][]int32{{1, 2}}, -0.5, "temperature -0.5"},
+	} {
+		if _, err := p.ScoreBatch(c.seqs, c.temp); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v at %v: %v, want %q", c.seqs[len(c.seqs)-1][:min(2, len(c.seqs[len(c.seqs)-1]))], c.temp, err, c.want)
+		}
+	}
+	// A context full but for the last token scores.
+	if _, err := p.ScoreBatch([][]int32{make([]int32, maxPos+1)}, 1); err != nil {
+		t.Errorf("a sequence that fills the context: %v", err)
+	}
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
