@@ -138,7 +138,10 @@ func (p PretrainedLM) Weights(dtype string) PretrainedLM { p.weights = dtype; re
 
 // MicroBatch sets how many sequences one graph call scores or differentiates (default 8): a
 // training batch is split into micro-batches whose gradients are added up before the one
-// optimizer step, so memory does not grow with the group size.
+// optimizer step, so memory does not grow with the group size. On the go backend (the CPU)
+// it is the most a call takes: long sequences of a model with a large vocabulary go fewer at
+// a time, so that a call's estimated memory stays within 4 GiB (at the SmolLM2-135M shape,
+// 4 sequences of 256 positions, 2 of 512, 1 of 1,024).
 func (p PretrainedLM) MicroBatch(n int) PretrainedLM { p.micro = n; return p }
 
 // System sets the system message of every prompt (default none: the chat format writes its

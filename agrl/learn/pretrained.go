@@ -89,6 +89,8 @@ type PretrainedPolicy struct {
 	// graphDecoding is set when rollouts decode with the graph on the backend
 	// (agrl.PretrainedLM.Decoding); decoders holds its decoder of each view.
 	graphDecoding bool
+	// goBackend is set on the go backend, whose graph calls are sized by memory (callRows).
+	goBackend bool
 	// graphScoring makes Score use the graph where it would use the host model (tests
 	// compare the two).
 	graphScoring bool
@@ -196,7 +198,8 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	pp := &PretrainedPolicy{spec: s, model: modelName, cfg: pol.Model().Config(), base: pol.Model(), agent: pol, backend: backend,
 		backendConfig: bc.String(), store: model.NewStore(), scoreExec: map[string]*model.Exec{}, seed: seed,
 		full: s.Full, frozen: map[string]*pretrainedFrozen{}, decoders: map[string]*graphDecoder{},
-		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && (bc.Name != "go" || s.Compute == "bfloat16"))}
+		graphDecoding: s.Decoding == "graph" || (s.Decoding == "" && (bc.Name != "go" || s.Compute == "bfloat16")),
+		goBackend:     bc.Name == "go"}
 	if pp.graph, err = hfgraph.FromLLMAs(pp.store, pretrainedScope, pp.base, dtype); err != nil {
 		return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 	}
@@ -649,30 +652,82 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 	return checkTokenSeqs(seqs, p.cfg.VocabSize, p.cfg.MaxPositionEmbeddings)
 }
 
-// chunks splits n sequences into micro-batches of the configured size.
-func (p *PretrainedPolicy) chunks(n int) [][2]int {
+// goCallBudget bounds the memory of one graph call of scoring or training on the go
+// backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
+// sequences when that many of its width would need more (never fewer than one). On the go
+// backend the graph's tensors are the machine's memory, and its peak is about twice the
+// live data with Go's default GOGC; 4 GiB a call keeps the SmolLM2-135M shape's step near
+// 10 GB at any sequence length up to 1,024 positions (docs/llm.md, "Micro-batches sized by
+// memory"). It is a constant, not a fraction of the machine's memory, so the same run splits
+// its batches the same way — and sums its gradients in the same order — on every machine.
+// Other backends keep MicroBatch: their memory is the device's, sized by the user.
+const goCallBudget = 4 << 30
+
+// callRowBytes estimates the memory one sequence padded to width positions takes in the
+// training step's graph on the go backend (the forward's tensors kept for the backward, and
+// the backward's): per position about four vocabulary-wide float32 tensors (logits,
+// log-softmax, their gradients) and six of each layer's hidden plus intermediate width; per
+// layer and query head two width × width attention tensors. Fitted to the peaks measured at
+// the SmolLM2-135M shape, one sequence of 256 … 2,048 positions (docs/llm.md); scoring,
+// without a backward pass, takes less.
+func callRowBytes(cfg hf.Config, width int) float64 {
+	w, L := float64(width), float64(cfg.NumHiddenLayers)
+	perPosition := 4 * (4*float64(cfg.VocabSize) + 6*L*float64(cfg.HiddenSize+cfg.IntermediateSize))
+	return w*perPosition + 8*L*float64(cfg.NumAttentionHeads)*w*w
+}
+
+// callRows is how many sequences a graph call of width positions takes: MicroBatch, or on the
+// go backend the largest power of two at most MicroBatch whose estimated memory fits
+// goCallBudget (at least one).
+func (p *PretrainedPolicy) callRows(width int) int {
+	if !p.goBackend {
+		return p.spec.MicroBatch
+	}
+	rows := 1
+	for rows*2 <= p.spec.MicroBatch && float64(rows*2)*callRowBytes(p.cfg, width) <= goCallBudget {
+		rows *= 2
+	}
+	return rows
+}
+
+// chunks splits seqs, in order, into micro-batches: each as many sequences as callRows allows
+// at the width of its longest.
+func (p *PretrainedPolicy) chunks(seqs [][]int32) [][2]int {
 	var out [][2]int
-	for i := 0; i < n; i += p.spec.MicroBatch {
-		out = append(out, [2]int{i, min(n, i+p.spec.MicroBatch)})
+	for i := 0; i < len(seqs); {
+		j, longest := i+1, len(seqs[i])
+		for j < len(seqs) {
+			l := max(longest, len(seqs[j]))
+			if j-i+1 > p.callRows(padLen(l, p.cfg.MaxPositionEmbeddings)) {
+				break
+			}
+			j, longest = j+1, l
+		}
+		out = append(out, [2]int{i, j})
+		i = j
 	}
 	return out
 }
 
-// pad lays seqs out as a micro-batch: MicroBatch rows (empty rows have length 0) of a
+// pad lays seqs out as a micro-batch: callRows(width) rows (empty rows have length 0) of a
 // padLenBuckets width, so that graphs compile for a few shapes only.
-func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor, width int, err error) {
+func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor, rows, width int, err error) {
 	longest := 0
 	for _, s := range seqs {
 		longest = max(longest, len(s))
 	}
 	width = padLen(longest, p.cfg.MaxPositionEmbeddings)
-	rows := make([][]int32, p.spec.MicroBatch)
-	copy(rows, seqs)
-	for i := len(seqs); i < len(rows); i++ {
-		rows[i] = []int32{}
+	rows = p.callRows(width)
+	if len(seqs) > rows {
+		return nil, nil, 0, 0, fmt.Errorf("agrl: a micro-batch of %d sequences of width %d, more than the %d rows a call takes", len(seqs), width, rows)
 	}
-	tokens, lengths, err = hfgraph.Pad(rows, width)
-	return tokens, lengths, width, err
+	padded := make([][]int32, rows)
+	copy(padded, seqs)
+	for i := len(seqs); i < len(padded); i++ {
+		padded[i] = []int32{}
+	}
+	tokens, lengths, err = hfgraph.Pad(padded, width)
+	return tokens, lengths, rows, width, err
 }
 
 func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
@@ -722,8 +777,8 @@ func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view strin
 	}
 	invT := invTemperature(temperature)
 	out := make([]TokenScores, len(seqs))
-	for _, c := range p.chunks(len(seqs)) {
-		tok, lens, width, err := p.pad(seqs[c[0]:c[1]])
+	for _, c := range p.chunks(seqs) {
+		tok, lens, _, width, err := p.pad(seqs[c[0]:c[1]])
 		if err != nil {
 			return nil, err
 		}
@@ -938,18 +993,18 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	grads := make([][]float32, len(vars))
 	var st agrl.StepStats
 	step := t.steps() + 1
-	for ci, c := range p.chunks(len(b.Tokens)) {
-		tok, lens, width, err := p.pad(b.Tokens[c[0]:c[1]])
+	for ci, c := range p.chunks(b.Tokens) {
+		tok, lens, rows, width, err := p.pad(b.Tokens[c[0]:c[1]])
 		if err != nil {
 			return agrl.StepStats{}, err
 		}
 		args := []any{tok, lens}
 		for _, name := range t.values {
-			flat := make([]float32, p.spec.MicroBatch*width)
+			flat := make([]float32, rows*width)
 			for i, row := range b.Values[name][c[0]:c[1]] {
 				copy(flat[i*width:], row)
 			}
-			args = append(args, tensors.FromFlatDataAndDimensions(flat, p.spec.MicroBatch, width))
+			args = append(args, tensors.FromFlatDataAndDimensions(flat, rows, width))
 		}
 		for _, s := range sums {
 			args = append(args, s)
