@@ -655,39 +655,38 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 // goCallBudget bounds the memory of one graph call of scoring or training on the go
 // backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
 // sequences when that many of its width would need more (never fewer than one). On the go
-// backend the graph's tensors are the machine's memory, and its peak is about twice the
-// live data with Go's default GOGC; 4 GiB a call keeps the SmolLM2-135M shape's step near
-// 10 GB at any sequence length up to 1,024 positions (docs/llm.md, "Micro-batches sized by
-// memory"). It is a constant, not a fraction of the machine's memory, so the same run splits
-// its batches the same way — and sums its gradients in the same order — on every machine.
-// Other backends keep MicroBatch: their memory is the device's, sized by the user.
+// backend the graph's tensors are the machine's memory, and the process's peak is about twice
+// the live data with Go's default GOGC; 4 GiB a call keeps a LoRA step at the SmolLM2-135M
+// shape near 10 GB at any sequence length up to 1,024 positions (docs/llm.md, "Micro-batches
+// sized by memory"). It is a constant, not a fraction of the machine's memory, so a run
+// splits its batches the same way — and sums its gradients in the same order — on every
+// machine. Other backends keep MicroBatch: their memory is the device's, sized by the user.
 const goCallBudget = 4 << 30
 
 // callRowBytes estimates the memory one sequence padded to width positions takes in the
 // training step's graph on the go backend (the forward's tensors kept for the backward, and
-// the backward's): per position about four vocabulary-wide float32 tensors (logits,
-// log-softmax, their gradients) and six of each layer's hidden plus intermediate width; per
-// layer and query head two width × width attention tensors. Fitted to the peaks measured at
-// the SmolLM2-135M shape, one sequence of 256 … 2,048 positions (docs/llm.md); scoring,
-// without a backward pass, takes less.
+// the backward's): per position, four float32 tensors of the vocabulary's width (logits,
+// log-softmax, their gradients) and seven of each layer's projection widths (the hidden
+// size, the queries', twice the keys', the MLP's); per layer and query head, 5.5 bytes per
+// width × width attention entry (its scores and weights, not all held at once). Fitted to
+// the peaks measured at the SmolLM2-135M shape (one sequence of 512, 1,024 and 2,048
+// positions, four of 256) and the Qwen3-0.6B shape (one of 256 and 512), within −7% … +28%
+// (docs/llm.md); scoring, without a backward pass, takes less.
 func callRowBytes(cfg hf.Config, width int) float64 {
 	w, L := float64(width), float64(cfg.NumHiddenLayers)
-	perPosition := 4 * (4*float64(cfg.VocabSize) + 6*L*float64(cfg.HiddenSize+cfg.IntermediateSize))
-	return w*perPosition + 8*L*float64(cfg.NumAttentionHeads)*w*w
+	proj := cfg.HiddenSize + cfg.NumAttentionHeads*cfg.HeadDim + 2*cfg.NumKeyValueHeads*cfg.HeadDim + cfg.IntermediateSize
+	perPosition := 4 * (4*float64(cfg.VocabSize) + 7*L*float64(proj))
+	return w*perPosition + 5.5*L*float64(cfg.NumAttentionHeads)*w*w
 }
 
 // callRows is how many sequences a graph call of width positions takes: MicroBatch, or on the
-// go backend the largest power of two at most MicroBatch whose estimated memory fits
-// goCallBudget (at least one).
+// go backend the most, up to MicroBatch, whose estimated memory fits goCallBudget (at least
+// one). It depends on the width alone, so each width compiles one shape.
 func (p *PretrainedPolicy) callRows(width int) int {
 	if !p.goBackend {
 		return p.spec.MicroBatch
 	}
-	rows := 1
-	for rows*2 <= p.spec.MicroBatch && float64(rows*2)*callRowBytes(p.cfg, width) <= goCallBudget {
-		rows *= 2
-	}
-	return rows
+	return max(1, min(p.spec.MicroBatch, int(goCallBudget/callRowBytes(p.cfg, width))))
 }
 
 // chunks splits seqs, in order, into micro-batches: each as many sequences as callRows allows

@@ -546,8 +546,8 @@ func TestPretrainedSharesProjections(t *testing.T) {
 }
 
 // On the go backend a micro-batch takes fewer sequences when they are long: at the
-// SmolLM2-135M shape (MicroBatch 8) 8 of 64 positions, 4 of 256, 2 of 512, 1 of 1,024 or more,
-// each call within goCallBudget; another backend keeps MicroBatch. chunks splits a batch in
+// SmolLM2-135M shape (MicroBatch 8) 8 of 64 positions, 4 of 256, 3 of 320, 2 of 512, 1 of
+// 1,024 or more, each call within goCallBudget; another backend keeps MicroBatch. chunks splits a batch in
 // order by the width of each micro-batch's longest sequence.
 func TestCallRows(t *testing.T) {
 	cfg, err := llm.Shape("smollm2-135m")
@@ -555,7 +555,7 @@ func TestCallRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &PretrainedPolicy{spec: agrl.Pretrained("x").MicroBatch(8).Spec(), cfg: cfg, goBackend: true}
-	for _, c := range []struct{ width, rows int }{{64, 8}, {256, 4}, {512, 2}, {1024, 1}, {2048, 1}} {
+	for _, c := range []struct{ width, rows int }{{64, 8}, {256, 4}, {320, 3}, {512, 2}, {1024, 1}, {2048, 1}} {
 		if got := p.callRows(c.width); got != c.rows {
 			t.Errorf("width %d: %d rows, want %d", c.width, got, c.rows)
 		}
@@ -564,13 +564,13 @@ func TestCallRows(t *testing.T) {
 		}
 	}
 	seq := func(n int) []int32 { return make([]int32, n) }
-	// 3 short ones, then a 300 (width 320: 4 rows) joins them; a 600 (width 640: 1 row) alone;
-	// then 2 of 500 (width 512: 2 rows), then 9 short ones (8, then 1).
+	// 3 short ones, which a 300 (width 320: 3 rows) cannot join; the 300 and a 600 (width 640:
+	// 1 row) each alone; then 500 and 480 (width 512: 2 rows); then 9 short ones (8, then 1).
 	seqs := [][]int32{seq(40), seq(50), seq(60), seq(300), seq(600), seq(500), seq(480)}
 	for range 9 {
 		seqs = append(seqs, seq(30))
 	}
-	want := [][2]int{{0, 4}, {4, 5}, {5, 7}, {7, 15}, {15, 16}}
+	want := [][2]int{{0, 3}, {3, 4}, {4, 5}, {5, 7}, {7, 15}, {15, 16}}
 	if got := p.chunks(seqs); !slices.Equal(got, want) {
 		t.Errorf("chunks %v, want %v", got, want)
 	}
