@@ -656,9 +656,9 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 // backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
 // sequences when that many of its width would need more (never fewer than one). On the go
 // backend the graph's tensors are the machine's memory, and the process's peak is about twice
-// the live data with Go's default GOGC; 4 GiB a call keeps a LoRA step at the SmolLM2-135M
-// shape near 10 GB at any sequence length up to 1,024 positions (docs/llm.md, "Micro-batches
-// sized by memory"). It is a constant, not a fraction of the machine's memory, so a run
+// the live data with Go's default GOGC; with 4 GiB a call, a GRPO run at the SmolLM2-135M
+// shape whose episodes are 1,004 tokens long peaked at 12.5 GB, where its 8 episodes in one
+// call were killed at 24 GB (docs/llm.md, "Micro-batches sized by memory"). It is a constant, not a fraction of the machine's memory, so a run
 // splits its batches the same way — and sums its gradients in the same order — on every
 // machine. Other backends keep MicroBatch: their memory is the device's, sized by the user.
 const goCallBudget = 4 << 30
