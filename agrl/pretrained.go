@@ -113,8 +113,9 @@ func (p PretrainedLM) Targets(modules ...string) PretrainedLM {
 // the scorer's, so a step record cannot re-derive its loss (agrl inspect says so).
 func (p PretrainedLM) Dropout(d float64) PretrainedLM { p.dropout = d; return p }
 
-// Backend sets the compute backend of scoring and training ("" means the learner's default;
-// "xla:cuda" on a GPU).
+// Backend sets the compute backend of training and scoring ("" means the learner's default;
+// "xla:cuda" on a GPU). On the go backend, with float32 products and host decoding (its
+// defaults), scoring runs on the host model, as sampling does.
 func (p PretrainedLM) Backend(config string) PretrainedLM { p.backend = config; return p }
 
 // Decoding sets where rollouts run the model: "host" decodes with agrl/llm's KV cache in Go
@@ -139,9 +140,10 @@ func (p PretrainedLM) Weights(dtype string) PretrainedLM { p.weights = dtype; re
 // MicroBatch sets how many sequences one graph call scores or differentiates (default 8): a
 // training batch is split into micro-batches whose gradients are added up before the one
 // optimizer step, so memory does not grow with the group size. On the go backend (the CPU)
-// it is the most a call takes: long sequences of a model with a large vocabulary go fewer at
-// a time, so that a call's estimated memory stays within 4 GiB (at the SmolLM2-135M shape,
-// 4 sequences of 256 positions, 2 of 512, 1 of 1,024).
+// it is the most a call takes: long sequences, and models with a large vocabulary, go fewer
+// at a time, so that a call's estimated memory stays within 4 GiB — never fewer than one, which
+// may need more (at the SmolLM2-135M shape 4 sequences of 256 positions, 2 of 512, 1 of
+// 1,024, about 5 GB).
 func (p PretrainedLM) MicroBatch(n int) PretrainedLM { p.micro = n; return p }
 
 // System sets the system message of every prompt (default none: the chat format writes its

@@ -148,7 +148,7 @@ func TestLLMThroughput(t *testing.T) {
 		}
 	}
 	scoreSpeed := func() float64 {
-		if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph
+		if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph, if any
 			t.Fatal(err)
 		}
 		start := time.Now()

@@ -736,23 +736,31 @@ func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inpu
 // baseAgent is the host sampler of the base model (adapters off).
 func (p *PretrainedPolicy) baseAgent() (*agent.Policy, error) { return p.agent, nil }
 
+// hostScoring reports whether Score runs on the host model: on the go backend, with float32
+// products, where rollouts decode on the host (the defaults there). The trainer's graph then
+// computes what the host computes (float32, to rounding), and the host is 2–3× faster. With
+// bfloat16 products the graph's policy is the bfloat16 model, which the reference must be
+// scored as; on another backend the graph runs on the device.
+func (p *PretrainedPolicy) hostScoring() bool {
+	return p.goBackend && p.computeDType() == dtypes.Float32 && !p.graphDecoding && !p.graphScoring
+}
+
 // score is Score for one view of the model: m is the view's graph, host gives its host
-// sampler. Where rollouts decode on the host (the go backend, float32 products: see
-// GraphDecoding) the scores come from the host model too, through the same kernels and the
-// same log-softmax as the sampler (agent.Policy.ScoreBatch: a token the sampler drew scores
-// the log-prob it recorded, bit for bit) at 2–3× the graph's speed; otherwise from the graph.
+// sampler. Where hostScoring holds the scores come from the host model, through the same
+// kernels and the same log-softmax as the sampler (agent.Policy.ScoreBatch: a token the
+// sampler drew scores the log-prob it recorded, bit for bit); otherwise from the graph.
 func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view string, m *hfgraph.Model, host func() (*agent.Policy, error)) ([]TokenScores, error) {
 	if err := p.checkSeqs(seqs); err != nil {
 		return nil, err
 	}
-	if !p.graphDecoding && !p.graphScoring {
+	if p.hostScoring() {
 		ag, err := host()
 		if err != nil {
 			return nil, err
 		}
 		sc, err := ag.ScoreBatch(seqs, temperature)
 		if err != nil {
-			return nil, fmt.Errorf("agrl: Score: %w", err)
+			return nil, fmt.Errorf("agrl: %w", err)
 		}
 		out := make([]TokenScores, len(seqs))
 		for i, s := range sc { // agent's entry j is about token j; ours, entry j-1

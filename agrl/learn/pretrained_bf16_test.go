@@ -78,26 +78,32 @@ func TestPretrainedBF16Weights(t *testing.T) {
 			t.Fatalf("bfloat16 checkpoint: episode %d differs between float32 and bfloat16 storage", i)
 		}
 	}
-	sw, err := f32.Score(tokensOf(want), 0.9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sg, err := b16.Score(tokensOf(want), 0.9)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range sw {
-		if !slices.Equal(sw[i].LogProbs, sg[i].LogProbs) || !slices.Equal(sw[i].Entropy, sg[i].Entropy) {
-			t.Fatalf("bfloat16 checkpoint: the scores of sequence %d differ between float32 and bfloat16 storage", i)
+	for _, graph := range []bool{false, true} { // the host scorer, then the graph's (the stored weights)
+		f32.graphScoring, b16.graphScoring = graph, graph
+		sw, err := f32.Score(tokensOf(want), 0.9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sg, err := b16.Score(tokensOf(want), 0.9)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range sw {
+			if !slices.Equal(sw[i].LogProbs, sg[i].LogProbs) || !slices.Equal(sw[i].Entropy, sg[i].Entropy) {
+				t.Fatalf("bfloat16 checkpoint, graph scorer %v: the scores of sequence %d differ between float32 and bfloat16 storage", graph, i)
+			}
 		}
 	}
+	f32.graphScoring, b16.graphScoring = false, false
 
 	dir := tinyQwen3F32(t)
 	plain := load(agrl.Pretrained(dir).LoRA(4, 8))
 	for _, decoding := range []string{"host", "graph"} {
 		rounded := load(agrl.Pretrained(dir).LoRA(4, 8).Weights("bfloat16").Decoding(decoding))
 		eps, _ := samplerMatchesScorer(t, rounded)
+		plain.graphScoring = rounded.graphDecoding // both scored the same way
 		a, err := plain.Score(tokensOf(eps), 0.9)
+		plain.graphScoring = false
 		if err != nil {
 			t.Fatal(err)
 		}

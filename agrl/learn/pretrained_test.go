@@ -302,7 +302,7 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 // trainable weights are not the base's). Where p scores on the host it checks the graph too:
 // the host's log-probs are the sampler's bit for bit, and the two scorers agree to 1e-4 in
 // log-probs and entropies at every position, for the policy and its base view. It returns the
-// episodes and the base view's scores (the graph's where p scores on the graph).
+// episodes and the base view's scores from the graph.
 func samplerMatchesScorer(t *testing.T, p *PretrainedPolicy) ([]*agrl.Episode, []TokenScores) {
 	t.Helper()
 	eps := calcRollout(t, p)

@@ -195,7 +195,7 @@ func (f *trainFlags) register(fs interface {
 	fs.StringVar(&f.decoding, "decoding", "", `where a -model's rollouts run: "host" (agrl/llm's KV cache and kernels, the fastest on a CPU) or "graph" (the model's graph on the -backend, KV caches in its memory: on a GPU, sampling runs there); default host on the go backend, graph on any other`)
 	fs.StringVar(&f.weights, "weights", "", `the dtype a -model's frozen base weights are kept in on the -backend: "float32" (default) or "bfloat16" (half the memory; computed in float32 from the rounded values unless -compute bfloat16; LoRA only)`)
 	fs.StringVar(&f.compute, "compute", "", `the dtype of a -model's matrix products with its base weights on the -backend: "float32" (default) or "bfloat16" (mixed precision, for GPUs: the projections' inputs and results rounded, float32 sums, float32 logits; rollouts then decode with the graph)`)
-	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model (its gradients are added up over a step's micro-batches)")
+	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model, at most (its gradients are added up over a step's micro-batches; on the go backend long sequences go fewer at a time, each call estimated within 4 GiB)")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
 	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
 }

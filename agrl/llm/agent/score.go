@@ -44,8 +44,9 @@ func (p *Policy) Score(tokens []int32, t float64) ([]float32, error) {
 // what one long sequence of their total length does, and the row-wise work runs on every
 // core. Each token's log-probability is computed as the sampler computes it (the same
 // logits, the same float64 log-softmax), so a sequence scores the same alone or in a batch.
-// A sequence shorter than two tokens scores zeros; ids outside the vocabulary, a sequence
-// past the context and logits that are NaN or have no finite value are errors.
+// A sequence shorter than two tokens scores zeros; ids outside the vocabulary (in any
+// sequence), a sequence past the context and logits that are NaN or have no finite value are
+// errors.
 func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 	if math.IsNaN(t) || t < 0 || math.IsInf(t, 1) {
 		return nil, fmt.Errorf("agent: Score: temperature %v", t)
@@ -56,9 +57,6 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 	var todo []int // sequences with a token to score, in order
 	for i, s := range seqs {
 		out[i] = Scores{LogProbs: make([]float32, len(s)), Entropy: make([]float32, len(s))}
-		if len(s) < 2 {
-			continue
-		}
 		if n := len(s) - 1; n > maxPos { // the last token is scored, not fed
 			return nil, fmt.Errorf("agent: Score: sequence %d: %d tokens exceed max_position_embeddings %d (+1, the last token is only scored)", i, len(s), maxPos)
 		}
@@ -67,7 +65,9 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 				return nil, fmt.Errorf("agent: Score: sequence %d: token %d (position %d) is outside the vocabulary [0, %d)", i, id, j, V)
 			}
 		}
-		todo = append(todo, i)
+		if len(s) >= 2 {
+			todo = append(todo, i)
+		}
 	}
 	// A pass takes the next positions of the sequences in order — the unfinished one first —
 	// until scoreRows rows; a sequence's positions 0 … n-2 are fed (the last token is only
@@ -155,7 +155,10 @@ func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error
 	}
 	var sum, sd float64
 	for _, v := range z {
-		d := float64(v)*invT - mx
+		// The conversions round each product as logSoftmax's store does: without them an
+		// architecture with fused multiply-adds (arm64) may fuse the product and the
+		// difference, and the log-probs would differ from the sampler's in the last bit.
+		d := float64(float64(v)*invT) - mx
 		e := math.Exp(d)
 		sum += e
 		if e != 0 {
@@ -163,7 +166,7 @@ func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error
 		}
 	}
 	lse := mx + math.Log(sum)
-	return float64(z[id])*invT - lse, math.Log(sum) - sd/sum, nil
+	return float64(float64(z[id])*invT) - lse, math.Log(sum) - sd/sum, nil
 }
 
 // eachPart runs f over [0, n) split into contiguous parts, one per goroutine, over up to

@@ -103,6 +103,7 @@ func TestScoreBatchErrors(t *testing.T) {
 	}{
 		{[][]int32{{1, 2}, {1, testVocab}}, 1, "sequence 1: token 320 (position 1) is outside the vocabulary"},
 		{[][]int32{{-1, 2}}, 1, "sequence 0: token -1 (position 0)"},
+		{[][]int32{{1, 2}, {testVocab + 5}}, 1, "sequence 1: token 325 (position 0)"},
 		{[][]int32{{1, 2}, {}, make([]int32, maxPos+2)}, 1, "sequence 2: 2050 tokens exceed max_position_embeddings 2048"},
 		{[][]int32{{1, 2}}, math.NaN(), "temperature NaN"},
 		{[][]int32{{1, 2}}, -0.5, "temperature -0.5"},
