@@ -1,6 +1,8 @@
 package llm
 
 import (
+	"agrl.dev/internal/parallel"
+
 	"errors"
 	"fmt"
 	"math"
@@ -246,19 +248,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 // eachRows runs f over the rows [lo, hi) of n rows split into contiguous parts, one per
 // goroutine, over up to GOMAXPROCS goroutines when there are several rows: for the row-wise
 // work of a batch (each row's values are computed as they are alone).
-func eachRows(n int, f func(lo, hi int)) {
-	workers := min(n, runtime.GOMAXPROCS(0))
-	if workers <= 1 {
-		f(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*n/workers, (w+1)*n/workers
-		wg.Go(func() { f(lo, hi) })
-	}
-	wg.Wait()
-}
+func eachRows(n int, f func(lo, hi int)) { parallel.Rows(n, f) }
 
 // eachSequence runs f(0) … f(n-1), over up to GOMAXPROCS goroutines when there are several.
 func eachSequence(n int, f func(i int)) {

@@ -3,10 +3,10 @@ package agent
 import (
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 
 	"agrl.dev/agrl/llm"
+	"agrl.dev/internal/parallel"
 )
 
 // scoreRows bounds the positions one forward pass of ScoreBatch runs, over all the sequences
@@ -109,7 +109,7 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 		}
 		var firstErr error
 		var mu sync.Mutex
-		eachPart(len(all), func(lo, hi int) {
+		parallel.Rows(len(all), func(lo, hi int) {
 			for _, r := range all[lo:hi] {
 				lp, ent, err := tokenStats(r.z, invT, seqs[r.seq][r.pos])
 				if err != nil {
@@ -167,20 +167,4 @@ func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error
 	}
 	lse := mx + math.Log(sum)
 	return float64(float64(z[id])*invT) - lse, math.Log(sum) - sd/sum, nil
-}
-
-// eachPart runs f over [0, n) split into contiguous parts, one per goroutine, over up to
-// GOMAXPROCS goroutines.
-func eachPart(n int, f func(lo, hi int)) {
-	workers := min(n, runtime.GOMAXPROCS(0))
-	if workers <= 1 {
-		f(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*n/workers, (w+1)*n/workers
-		wg.Go(func() { f(lo, hi) })
-	}
-	wg.Wait()
 }
