@@ -306,8 +306,8 @@ func TestPretrainedScoreMatchesSampler(t *testing.T) {
 func samplerMatchesScorer(t *testing.T, p *PretrainedPolicy) ([]*agrl.Episode, []TokenScores) {
 	t.Helper()
 	eps := calcRollout(t, p)
-	passes := []bool{false, true} // graph scoring off (the host's, where p decodes there), on
-	if p.graphDecoding {
+	passes := []bool{false, true} // the host scorer, then the graph's
+	if !p.hostScoring() {
 		passes = []bool{true}
 	}
 	var scores, baseScores []TokenScores
@@ -547,8 +547,8 @@ func TestPretrainedSharesProjections(t *testing.T) {
 
 // On the go backend a micro-batch takes fewer sequences when they are long: at the
 // SmolLM2-135M shape (MicroBatch 8) 8 of 64 positions, 4 of 256, 3 of 320, 2 of 512, 1 of
-// 1,024 or more, each call within goCallBudget; another backend keeps MicroBatch. chunks splits a batch in
-// order by the width of each micro-batch's longest sequence.
+// 1,024 or more, each call within goCallBudget; another backend keeps MicroBatch. chunks
+// splits a batch in order by the width of each micro-batch's longest sequence.
 func TestCallRows(t *testing.T) {
 	cfg, err := llm.Shape("smollm2-135m")
 	if err != nil {
