@@ -574,7 +574,7 @@ func (b pretrainedBase) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rollou
 	return b.p.sampler(b.p.agent, b.p.graph.Base(), "base").Rollout(env, tasks, opt)
 }
 func (b pretrainedBase) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return b.p.score(seqs, temperature, "base", b.p.graph.Base(), b.p.baseAgent)
+	return b.p.score(seqs, temperature, "base", b.p.graph.Base(), hostOf(b.p.agent))
 }
 func (b pretrainedBase) BackendConfig() string      { return b.p.backendConfig }
 func (b pretrainedBase) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
@@ -632,7 +632,7 @@ func (r pretrainedRef) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rollout
 	return r.p.sampler(r.agent, r.graph, "reference").Rollout(env, tasks, opt)
 }
 func (r pretrainedRef) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return r.p.score(seqs, temperature, "reference", r.graph, func() (*agent.Policy, error) { return r.agent, nil })
+	return r.p.score(seqs, temperature, "reference", r.graph, hostOf(r.agent))
 }
 func (r pretrainedRef) BackendConfig() string      { return r.p.backendConfig }
 func (r pretrainedRef) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
@@ -733,8 +733,11 @@ func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inpu
 	return newExecOn(p.backend, p.store, name, fn)
 }
 
-// baseAgent is the host sampler of the base model (adapters off).
-func (p *PretrainedPolicy) baseAgent() (*agent.Policy, error) { return p.agent, nil }
+// hostOf gives score a view's host sampler that is fixed (not made on demand, as the
+// policy's own is: Agent).
+func hostOf(a *agent.Policy) func() (*agent.Policy, error) {
+	return func() (*agent.Policy, error) { return a, nil }
+}
 
 // hostScoring reports whether Score runs on the host model: on the go backend, with float32
 // products, where rollouts decode on the host (the defaults there). The trainer's graph then

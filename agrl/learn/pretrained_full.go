@@ -33,7 +33,7 @@ func (f *pretrainedFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rol
 	return f.p.sampler(f.agent, f.graph, "frozen "+f.view).Rollout(env, tasks, opt)
 }
 func (f *pretrainedFrozen) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return f.p.score(seqs, temperature, f.view, f.graph, func() (*agent.Policy, error) { return f.agent, nil })
+	return f.p.score(seqs, temperature, f.view, f.graph, hostOf(f.agent))
 }
 func (f *pretrainedFrozen) BackendConfig() string      { return f.p.backendConfig }
 func (f *pretrainedFrozen) Checkpoint() CheckpointInfo { return CheckpointInfo{} }

@@ -1,8 +1,6 @@
 package llm
 
 import (
-	"agrl.dev/internal/parallel"
-
 	"errors"
 	"fmt"
 	"math"
@@ -10,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"agrl.dev/internal/parallel"
 )
 
 // A Cache holds one sequence's keys and values, layer by layer, so that each new token
@@ -208,7 +208,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 		I := cfg.IntermediateSize
 		g := m.proj(l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 		u := m.proj(l, upProj, h, T, H, ly.up, I, ly.bUp)
-		eachRows(T, func(lo, hi int) {
+		parallel.Rows(T, func(lo, hi int) { // each row as alone
 			for i := lo * I; i < hi*I; i++ {
 				g[i] = silu(g[i]) * u[i]
 			}
@@ -244,11 +244,6 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 	}
 	return out, nil
 }
-
-// eachRows runs f over the rows [lo, hi) of n rows split into contiguous parts, one per
-// goroutine, over up to GOMAXPROCS goroutines when there are several rows: for the row-wise
-// work of a batch (each row's values are computed as they are alone).
-func eachRows(n int, f func(lo, hi int)) { parallel.Rows(n, f) }
 
 // eachSequence runs f(0) … f(n-1), over up to GOMAXPROCS goroutines when there are several.
 func eachSequence(n int, f func(i int)) {

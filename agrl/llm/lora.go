@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"agrl.dev/agrl/hf"
+	"agrl.dev/internal/parallel"
 )
 
 // The projections of a decoder layer that LoRA can adapt, in the order of loraModules.
@@ -318,7 +319,7 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
 		d = product(u, rows, r, p.b, p.out) // [rows, out]
 	} else {
 		u, d = make([]float32, rows*r), make([]float32, rows*p.out)
-		eachRows(rows, func(lo, hi int) { // each row as alone, over the cores
+		parallel.Rows(rows, func(lo, hi int) { // each row as alone, over the cores
 			copy(u[lo*r:hi*r], linearLoop(x[lo*p.in:hi*p.in], hi-lo, p.in, p.a, r, nil))
 			copy(d[lo*p.out:hi*p.out], linearLoop(u[lo*r:hi*r], hi-lo, r, p.b, p.out, nil))
 		})

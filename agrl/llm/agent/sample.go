@@ -53,20 +53,32 @@ func invTemperature(t float64) float64 {
 
 var errNonFinite = errors.New("the logits hold NaN or no finite value")
 
-// logSoftmax writes log softmax(z·invT) to dst (len(z) values), in float64.
-func logSoftmax(dst []float64, z []float32, invT float64) error {
-	dst = dst[:len(z)]
+// scaledMax is the largest of z·invT in float64, the shift of the log-softmax (logSoftmax's
+// and the scorer's, tokenStats'); logits that are NaN, +Inf or all -Inf are errNonFinite.
+func scaledMax(z []float32, invT float64) (float64, error) {
 	mx := math.Inf(-1)
-	for j, v := range z {
+	for _, v := range z {
 		x := float64(v) * invT
 		if math.IsNaN(x) || math.IsInf(x, 1) {
-			return errNonFinite
+			return 0, errNonFinite
 		}
-		dst[j] = x
 		mx = max(mx, x)
 	}
 	if math.IsInf(mx, -1) {
-		return errNonFinite
+		return 0, errNonFinite
+	}
+	return mx, nil
+}
+
+// logSoftmax writes log softmax(z·invT) to dst (len(z) values), in float64.
+func logSoftmax(dst []float64, z []float32, invT float64) error {
+	dst = dst[:len(z)]
+	mx, err := scaledMax(z, invT)
+	if err != nil {
+		return err
+	}
+	for j, v := range z {
+		dst[j] = float64(v) * invT
 	}
 	var sum float64
 	for _, x := range dst {

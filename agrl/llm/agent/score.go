@@ -69,29 +69,29 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 			todo = append(todo, i)
 		}
 	}
-	// A pass takes the next positions of the sequences in order — the unfinished one first —
-	// until scoreRows rows; a sequence's positions 0 … n-2 are fed (the last token is only
-	// scored).
+	// A pass takes the next positions of the sequences in order until scoreRows rows; a
+	// sequence's positions 0 … n-2 are fed (the last token is only scored). Every sequence but
+	// a pass's last ends in it, so only that one carries over: todo[next] from position from,
+	// its cache cur.
 	type part struct {
 		seq, from, to int // positions [from, to) of seqs[seq]
 	}
-	caches := map[int]*llm.Cache{}
-	next, done := 0, map[int]int{} // done[i]: positions of sequence i fed so far
+	next, from := 0, 0
+	var cur *llm.Cache
 	for next < len(todo) {
 		var parts []part
 		var cs []*llm.Cache
 		var feeds [][]int32
 		budget := scoreRows
 		for k := next; k < len(todo) && budget > 0; k++ {
-			i := todo[k]
-			from := done[i]
-			to := min(len(seqs[i])-1, from+budget)
-			if caches[i] == nil {
-				caches[i] = p.model.NewCache()
+			i, f, c := todo[k], 0, p.model.NewCache()
+			if k == next && cur != nil {
+				f, c = from, cur
 			}
-			parts = append(parts, part{i, from, to})
-			cs, feeds = append(cs, caches[i]), append(feeds, seqs[i][from:to])
-			budget -= to - from
+			to := min(len(seqs[i])-1, f+budget)
+			parts = append(parts, part{i, f, to})
+			cs, feeds = append(cs, c), append(feeds, seqs[i][f:to])
+			budget -= to - f
 		}
 		rows, err := p.model.StepBatch(cs, feeds)
 		if err != nil { // the sequences were checked: a failure here is the model's
@@ -126,12 +126,10 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 		if firstErr != nil {
 			return nil, firstErr
 		}
-		for _, pt := range parts {
-			done[pt.seq] = pt.to
-			if pt.to == len(seqs[pt.seq])-1 {
-				delete(caches, pt.seq) // its memory goes with the sequence
-				next++
-			}
+		next += len(parts)
+		cur = nil // a finished sequence's cache goes with it
+		if last := parts[len(parts)-1]; last.to < len(seqs[last.seq])-1 {
+			next, from, cur = next-1, last.to, cs[len(cs)-1]
 		}
 	}
 	return out, nil
@@ -142,16 +140,9 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 // (logSoftmax: the same maximum, the same sum in the same order, so the same bits); the
 // entropy comes from the same pass, H = log Σe − Σe·d / Σe with d = x − max, e = exp(d).
 func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error) {
-	mx := math.Inf(-1)
-	for _, v := range z {
-		x := float64(v) * invT
-		if math.IsNaN(x) || math.IsInf(x, 1) {
-			return 0, 0, errNonFinite
-		}
-		mx = max(mx, x)
-	}
-	if math.IsInf(mx, -1) {
-		return 0, 0, errNonFinite
+	mx, err := scaledMax(z, invT)
+	if err != nil {
+		return 0, 0, err
 	}
 	var sum, sd float64
 	for _, v := range z {
