@@ -94,8 +94,11 @@ type PretrainedPolicy struct {
 	// graphScoring makes Score use the graph where it would use the host model (tests
 	// compare the two).
 	graphScoring bool
-	decMu        sync.Mutex
-	decoders     map[string]*graphDecoder
+	// segmentFrom, when positive, makes training calls of this many positions or more go
+	// segment by segment (tests; see segmented).
+	segmentFrom int
+	decMu       sync.Mutex
+	decoders    map[string]*graphDecoder
 }
 
 // GraphDecoding reports whether rollouts decode with the model's graph on the backend (the KV
@@ -654,7 +657,8 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 
 // goCallBudget bounds the memory of one graph call of scoring or training on the go
 // backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
-// sequences when that many of its width would need more (never fewer than one). On the go
+// sequences when that many of its width would need more (never fewer than one), and a
+// training call whose one sequence would need more goes segment by segment (segmented). On the go
 // backend the graph's tensors are the machine's memory, and the process's peak is about twice
 // the live data with Go's default GOGC; with 4 GiB a call, a GRPO run at the SmolLM2-135M
 // shape whose episodes are 1,004 tokens long peaked at 12.5 GB, where its 8 episodes in one
@@ -841,6 +845,10 @@ type pretrainedTrainer struct {
 	updExec  *model.Exec
 	metrics  []string
 	once     sync.Once
+	seg      *segExecs // the segment graphs (pretrained_segments.go), built on first use
+	// onGrads, when set (tests), sees each step's summed gradients (trainVars order) before
+	// the update.
+	onGrads func(grads [][]float32)
 }
 
 func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []string, opt agrl.AdamW, temperature float64) (learner, error) {
@@ -1001,6 +1009,15 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	}
 	vars := p.trainVars()
 	grads := make([][]float32, len(vars))
+	add := func(i int, g []float32) { // sums variable i's gradients, in call order
+		if grads[i] == nil {
+			grads[i] = g
+			return
+		}
+		for j, x := range g {
+			grads[i][j] += x
+		}
+	}
 	var st agrl.StepStats
 	step := t.steps() + 1
 	for ci, c := range p.chunks(b.Tokens) {
@@ -1008,47 +1025,40 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		if err != nil {
 			return agrl.StepStats{}, err
 		}
-		args := []any{tok, lens}
+		var vals []*tensors.Tensor
 		for _, name := range t.values {
 			flat := make([]float32, rows*width)
 			for i, row := range b.Values[name][c[0]:c[1]] {
 				copy(flat[i*width:], row)
 			}
-			args = append(args, tensors.FromFlatDataAndDimensions(flat, rows, width))
+			vals = append(vals, tensors.FromFlatDataAndDimensions(flat, rows, width))
 		}
-		for _, s := range sums {
-			args = append(args, s)
-		}
+		var rng *tensors.Tensor
 		if t.dropout {
-			state, err := dropoutState(p.seed, t.name, step, ci)
-			if err != nil {
+			if rng, err = dropoutState(p.seed, t.name, step, ci); err != nil {
 				return agrl.StepStats{}, err
 			}
-			args = append(args, state)
 		}
-		outs, err := call(t.gradExec, args...)
+		var loss float64
+		var metrics []float64
+		if p.segmented(width) {
+			lengths := make([]int32, rows)
+			for i, s := range b.Tokens[c[0]:c[1]] {
+				lengths[i] = int32(len(s))
+			}
+			loss, metrics, err = t.segmentedGrads(tok, lens, lengths, rows, width, vals, sums, rng, add)
+		} else {
+			loss, metrics, err = t.wholeGrads(tok, lens, vals, sums, rng, add)
+		}
 		if err != nil {
-			return agrl.StepStats{}, fmt.Errorf("agrl: train step gradients: %w", err)
+			return agrl.StepStats{}, err
 		}
-		st.Loss += float64(tensors.MustCopyFlatData[float32](outs[0])[0])
+		st.Loss += loss
 		if len(t.metrics) > 0 && st.Metrics == nil {
 			st.Metrics = map[string]float64{}
 		}
 		for i, k := range t.metrics {
-			st.Metrics[k] += float64(tensors.MustCopyFlatData[float32](outs[1+i])[0])
-		}
-		for i, o := range outs[1+len(t.metrics):] {
-			gr := tensors.MustCopyFlatData[float32](o)
-			if grads[i] == nil {
-				grads[i] = gr
-			} else {
-				for j, x := range gr {
-					grads[i][j] += x
-				}
-			}
-		}
-		for _, o := range outs {
-			_ = o.FinalizeAll()
+			st.Metrics[k] += metrics[i]
 		}
 	}
 	lr := t.opt.LearningRate(step)
@@ -1057,6 +1067,14 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if !finite(st.Loss) {
 		st.Seconds = time.Since(start).Seconds()
 		return st, fmt.Errorf("agrl: train step %d: loss %v", step, st.Loss)
+	}
+	for i, v := range vars {
+		if len(grads[i]) != v.Shape().Size() {
+			return st, fmt.Errorf("agrl: train step %d: %d gradient values for %s", step, len(grads[i]), v.Path())
+		}
+	}
+	if t.onGrads != nil {
+		t.onGrads(grads)
 	}
 	args := []any{float32(lr)}
 	for i, v := range vars {
@@ -1073,6 +1091,40 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		return st, fmt.Errorf("agrl: train step %d: grad norm %v", step, st.GradNorm)
 	}
 	return st, nil
+}
+
+// wholeGrads is one micro-batch's gradient call through the whole graph (gradGraph): it
+// returns the loss and the metrics (t.metrics order) and adds each trainable variable's
+// gradient into grads through add (trainVars order).
+func (t *pretrainedTrainer) wholeGrads(tok, lens *tensors.Tensor, vals []*tensors.Tensor, sums []float32, rng *tensors.Tensor, add func(i int, g []float32)) (float64, []float64, error) {
+	args := []any{tok, lens}
+	for _, v := range vals {
+		args = append(args, v)
+	}
+	for _, s := range sums {
+		args = append(args, s)
+	}
+	if rng != nil {
+		args = append(args, rng)
+	}
+	outs, err := call(t.gradExec, args...)
+	if err != nil {
+		return 0, nil, fmt.Errorf("agrl: train step gradients: %w", err)
+	}
+	defer func() {
+		for _, o := range outs {
+			_ = o.FinalizeAll()
+		}
+	}()
+	loss := float64(tensors.MustCopyFlatData[float32](outs[0])[0])
+	metrics := make([]float64, len(t.metrics))
+	for i := range t.metrics {
+		metrics[i] = float64(tensors.MustCopyFlatData[float32](outs[1+i])[0])
+	}
+	for i, o := range outs[1+len(t.metrics):] {
+		add(i, tensors.MustCopyFlatData[float32](o))
+	}
+	return loss, metrics, nil
 }
 
 // dropoutState is the RNG state LoRA dropout draws its masks from in micro-batch chunk of

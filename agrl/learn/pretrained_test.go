@@ -547,8 +547,10 @@ func TestPretrainedSharesProjections(t *testing.T) {
 
 // On the go backend a micro-batch takes fewer sequences when they are long: at the
 // SmolLM2-135M shape (MicroBatch 8) 8 of 64 positions, 4 of 256, 3 of 320, 2 of 512, 1 of
-// 1,024 or more, each call within goCallBudget; another backend keeps MicroBatch. chunks
-// splits a batch in order by the width of each micro-batch's longest sequence.
+// 1,024 or more, each call within goCallBudget; from 1,024 positions even one sequence's
+// whole graph would exceed it, and training goes segment by segment (at the Qwen3-0.6B shape
+// from 448). Another backend keeps MicroBatch and the whole graph. chunks splits a batch in
+// order by the width of each micro-batch's longest sequence.
 func TestCallRows(t *testing.T) {
 	cfg, err := llm.Shape("smollm2-135m")
 	if err != nil {
@@ -562,6 +564,17 @@ func TestCallRows(t *testing.T) {
 		if c.rows > 1 && float64(c.rows)*callRowBytes(cfg, c.width) > goCallBudget {
 			t.Errorf("width %d: %d rows estimated past the budget", c.width, c.rows)
 		}
+		if want := c.width >= 1024; p.segmented(c.width) != want {
+			t.Errorf("width %d: segmented %v, want %v", c.width, !want, want)
+		}
+	}
+	qwen, err := llm.Shape("qwen3-0.6b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &PretrainedPolicy{spec: p.spec, cfg: qwen, goBackend: true}
+	if q.segmented(384) || !q.segmented(448) {
+		t.Errorf("Qwen3-0.6B shape: segmented at 384 %v, at 448 %v; want false, true", q.segmented(384), q.segmented(448))
 	}
 	seq := func(n int) []int32 { return make([]int32, n) }
 	// 3 short ones, which a 300 (width 320: 3 rows) cannot join; the 300 and a 600 (width 640:
@@ -575,8 +588,8 @@ func TestCallRows(t *testing.T) {
 		t.Errorf("chunks %v, want %v", got, want)
 	}
 	p.goBackend = false
-	if got := p.callRows(2048); got != 8 {
-		t.Errorf("another backend: %d rows at width 2048, want MicroBatch", got)
+	if got := p.callRows(2048); got != 8 || p.segmented(2048) {
+		t.Errorf("another backend: %d rows at width 2048 (want MicroBatch), segmented %v", got, p.segmented(2048))
 	}
 	if got := p.chunks(seqs); !slices.Equal(got, [][2]int{{0, 8}, {8, 16}}) {
 		t.Errorf("another backend: chunks %v", got)

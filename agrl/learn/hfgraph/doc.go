@@ -47,6 +47,19 @@
 //		return loss
 //	})
 //
+// # Segments
+//
+// For a training step whose whole graph would not fit in memory (one long sequence), the
+// decoder is also available in pieces, each its own graph: Embed (tokens to the residual
+// stream), Layer (one decoder layer, its weights given as nodes in LayerVariables order, so
+// that one compiled graph serves every layer) and HeadStats (the final norm, the head and
+// TokenStats' statistics over any subset of positions, so a long sequence's head can go in
+// chunks). A caller keeps the residual stream between them and takes the backward pass piece
+// by piece, recomputing each piece's forward pass and differentiating Σ y·dy, the
+// vector–Jacobian product (agrl/learn does, on the go backend: docs/llm.md). On a Dropout
+// view each Layer draws the masks the whole graph draws for that layer and returns the
+// advanced RNG state.
+//
 // # Weights in bfloat16
 //
 // LoadAs (and FromLLMAs) store the base weights in bfloat16 instead, half the memory on the

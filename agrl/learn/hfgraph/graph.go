@@ -58,62 +58,110 @@ type projWeights struct {
 // graphWeights fetches m's variables into graph g; the Base view leaves the adapters out.
 func (m *Model) graphWeights(g *graph.Graph) *weights {
 	c := m.cfg
-	get := func(name string) *graph.Node { // float32, whatever the storage (LoadAs)
-		return graph.ConvertDType(m.variable(m.basePath(name)).NodeValue(g), dtypes.Float32)
-	}
-	product := func(name string) *graph.Node { // a weight of a product: in the compute dtype
-		return graph.ConvertDType(m.variable(m.basePath(name)).NodeValue(g), m.compute)
-	}
-	opt := func(has bool, name string) *graph.Node {
-		if !has {
-			return nil
-		}
-		return get(name)
-	}
 	// The embedding table keeps its storage dtype: embedRows converts the rows it gathers, not
 	// the whole table; a tied head converts it for its product.
-	w := &weights{embed: m.variable(m.basePath("model.embed_tokens.weight")).NodeValue(g), norm: get("model.norm.weight")}
-	// The LM head stays float32 whatever the compute dtype: bfloat16 logits would be rounded
-	// by up to 2^-9 of their size (0.016 for a logit of 8), straight into the log-probs that
-	// GRPO's ratios compare.
-	if c.TieWordEmbeddings {
-		w.head = graph.ConvertDType(w.embed, dtypes.Float32)
-	} else {
-		w.head = get("lm_head.weight")
+	w := m.newWeights()
+	w.embed = m.variable(m.basePath("model.embed_tokens.weight")).NodeValue(g)
+	w.norm, w.head = m.headWeights(func(path string) *graph.Node { return m.variable(path).NodeValue(g) })
+	for l := range c.NumHiddenLayers {
+		w.layers = append(w.layers, m.layerWeights(l, func(path string) *graph.Node { return m.variable(path).NodeValue(g) }))
 	}
+	return w
+}
+
+// newWeights returns weights with no nodes yet: LoRA's scale and, on a Dropout view, its RNG
+// state and rate.
+func (m *Model) newWeights() *weights {
+	w := &weights{}
 	if m.lora != nil {
 		w.scale = m.lora.Scale()
 		if m.rng != nil && !m.base && m.lora.Dropout > 0 {
 			w.rng, w.drop = m.rng, m.lora.Dropout
 		}
 	}
-	for l := range c.NumHiddenLayers {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		lw := layerWeights{
-			inputNorm: get(p + "input_layernorm.weight"),
-			postNorm:  get(p + "post_attention_layernorm.weight"),
-			qNorm:     opt(c.Family == hf.Qwen3, p+"self_attn.q_norm.weight"),
-			kNorm:     opt(c.Family == hf.Qwen3, p+"self_attn.k_norm.weight"),
-		}
-		for i, mod := range projNames {
-			name := p + moduleGroup(mod) + "." + mod
-			hasBias := c.MLPBias
-			switch i {
-			case qProj, kProj, vProj:
-				hasBias = c.QKVBias()
-			case oProj:
-				hasBias = c.OutputBias()
-			}
-			pw := projWeights{w: product(name + ".weight"), bias: opt(hasBias, name+".bias")}
-			if !m.base && m.targets(mod) {
-				pw.loraA = m.variable(m.loraPath(l, mod, "A")).NodeValue(g)
-				pw.loraB = m.variable(m.loraPath(l, mod, "B")).NodeValue(g)
-			}
-			lw.proj[i] = pw
-		}
-		w.layers = append(w.layers, lw)
-	}
 	return w
+}
+
+// headPaths are the store paths of the variables the head reads: the final norm, then the
+// LM head's matrix (embed_tokens' where the embeddings are tied).
+func (m *Model) headPaths() []string {
+	head := "lm_head.weight"
+	if m.cfg.TieWordEmbeddings {
+		head = "model.embed_tokens.weight"
+	}
+	return []string{m.basePath("model.norm.weight"), m.basePath(head)}
+}
+
+// headWeights returns the final norm and the head's matrix, both float32, from the nodes get
+// gives for headPaths. The LM head stays float32 whatever the compute dtype: bfloat16 logits
+// would be rounded by up to 2^-9 of their size (0.016 for a logit of 8), straight into the
+// log-probs that GRPO's ratios compare.
+func (m *Model) headWeights(get func(path string) *graph.Node) (norm, head *graph.Node) {
+	ps := m.headPaths()
+	return graph.ConvertDType(get(ps[0]), dtypes.Float32), graph.ConvertDType(get(ps[1]), dtypes.Float32)
+}
+
+// layerPaths are the store paths of the variables decoder layer l reads, in order: its two
+// norms, Qwen3's q and k norms, then per projection (llm.LoRAModules order) its weight, its
+// bias where the config has one, and its adapter's A and B where m's graphs use adapters
+// (not on the Base view; a Frozen view's copies).
+func (m *Model) layerPaths(l int) []string {
+	c := m.cfg
+	p := fmt.Sprintf("model.layers.%d.", l)
+	paths := []string{m.basePath(p + "input_layernorm.weight"), m.basePath(p + "post_attention_layernorm.weight")}
+	if c.Family == hf.Qwen3 {
+		paths = append(paths, m.basePath(p+"self_attn.q_norm.weight"), m.basePath(p+"self_attn.k_norm.weight"))
+	}
+	for i, mod := range projNames {
+		name := p + moduleGroup(mod) + "." + mod
+		paths = append(paths, m.basePath(name+".weight"))
+		if m.projBias(i) {
+			paths = append(paths, m.basePath(name+".bias"))
+		}
+		if !m.base && m.targets(mod) {
+			paths = append(paths, m.loraPath(l, mod, "A"), m.loraPath(l, mod, "B"))
+		}
+	}
+	return paths
+}
+
+// projBias reports whether projection i (qProj …) has a bias.
+func (m *Model) projBias(i int) bool {
+	switch i {
+	case qProj, kProj, vProj:
+		return m.cfg.QKVBias()
+	case oProj:
+		return m.cfg.OutputBias()
+	}
+	return m.cfg.MLPBias
+}
+
+// layerWeights builds decoder layer l's weights from the nodes get gives for layerPaths(l):
+// norms and biases as float32, the projections' weights in the compute dtype, the adapters as
+// they are.
+func (m *Model) layerWeights(l int, get func(path string) *graph.Node) layerWeights {
+	paths := m.layerPaths(l)
+	next := func() *graph.Node {
+		n := get(paths[0])
+		paths = paths[1:]
+		return n
+	}
+	f32 := func(n *graph.Node) *graph.Node { return graph.ConvertDType(n, dtypes.Float32) }
+	lw := layerWeights{inputNorm: f32(next()), postNorm: f32(next())}
+	if m.cfg.Family == hf.Qwen3 {
+		lw.qNorm, lw.kNorm = f32(next()), f32(next())
+	}
+	for i, mod := range projNames {
+		pw := projWeights{w: graph.ConvertDType(next(), m.compute)}
+		if m.projBias(i) {
+			pw.bias = f32(next())
+		}
+		if !m.base && m.targets(mod) {
+			pw.loraA, pw.loraB = next(), next()
+		}
+		lw.proj[i] = pw
+	}
+	return lw
 }
 
 // Logits runs the decoder over a batch of right-padded sequences and returns the logits at
@@ -162,31 +210,42 @@ func (m *Model) tokenStats(tokens, lengths, invT *graph.Node, withTop1 bool) (lo
 		panic(fmt.Errorf("hfgraph: TokenStats needs sequences of at least 2 positions, got [%d %d]", b, t))
 	}
 	w := m.graphWeights(g)
-	x := m.hidden(w, tokens, lengths)                              // [B, T, H]
+	x := m.residual(w, tokens, lengths)                            // [B, T, H]
 	x = graph.Slice(x, graph.AxisRange(), graph.AxisRange(0, t-1)) // [B, T-1, H]: the last position has no target
-	logits := m.head(w, x)                                         // [B, T-1, V]
+	targets := graph.Slice(tokens, graph.AxisRange(), graph.AxisRange(1, t))
+	next := graph.AddScalar(graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1), 1)
+	valid = graph.ConvertDType(graph.LessThan(next, graph.InsertAxes(lengths, -1)), dtypes.Float32) // [B, T-1]: target j+1 is real
+	logp, entropy, top1 = m.headStats(w, x, targets, valid, invT, withTop1)
+	return logp, entropy, top1, valid
+}
+
+// headStats is TokenStats from the residual stream after the last layer, x [B, n, H], the
+// targets [B, n] (the token after each position; any id where valid is 0) and valid [B, n]
+// (float32, 1 where the target is real, else 0); top1 is nil unless withTop1.
+func (m *Model) headStats(w *weights, x, targets, valid, invT *graph.Node, withTop1 bool) (logp, entropy, top1 *graph.Node) {
+	g := x.Graph()
+	dims := x.Shape().Dimensions
+	b, n := dims[0], dims[1]
+	logits := m.head(w, rmsNorm(x, w.norm, m.cfg.RMSNormEps)) // [B, n, V]
 	if invT != nil {
 		logits = graph.Mul(logits, graph.ConvertDType(invT, dtypes.Float32))
 	}
-	lp := graph.LogSoftmax(logits, -1)                                       // [B, T-1, V]
-	targets := graph.Slice(tokens, graph.AxisRange(), graph.AxisRange(1, t)) // [B, T-1]
-	next := graph.AddScalar(graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1), 1)
-	isReal := graph.LessThan(next, graph.InsertAxes(lengths, -1)) // [B, T-1]: target j+1 is real
+	lp := graph.LogSoftmax(logits, -1) // [B, n, V]
+	isReal := graph.GreaterThan(valid, graph.ScalarZero(g, dtypes.Float32))
 	targets = graph.Where(isReal, targets, graph.ScalarZero(g, dtypes.Int32))
 	// The targets' log-probs by a gather (index [b, j, target]), not a product with a one-hot
-	// [B, T-1, V]: at a real vocabulary (151,936 for Qwen) the one-hot and its product are two
+	// [B, n, V]: at a real vocabulary (151,936 for Qwen) the one-hot and its product are two
 	// more tensors of the logits' size, forward and backward.
-	bIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 0)
-	jIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, t-1), 1)
-	idx := graph.Stack([]*graph.Node{bIdx, jIdx, targets}, -1) // [B, T-1, 3]
-	valid = graph.ConvertDType(isReal, dtypes.Float32)
+	bIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, n), 0)
+	jIdx := graph.Iota(g, shapes.Make(dtypes.Int32, b, n), 1)
+	idx := graph.Stack([]*graph.Node{bIdx, jIdx, targets}, -1) // [B, n, 3]
 	target := graph.Gather(lp, idx)
 	logp = graph.Mul(target, valid)
 	entropy = graph.Mul(graph.Neg(graph.ReduceSum(graph.Mul(graph.Exp(lp), lp), -1)), valid)
 	if withTop1 {
 		top1 = graph.Mul(graph.ConvertDType(graph.GreaterOrEqual(target, graph.ReduceMax(lp, -1)), dtypes.Float32), valid)
 	}
-	return logp, entropy, top1, valid
+	return logp, entropy, top1
 }
 
 // checkTokens checks the shapes of tokens [B, T] and lengths [B] (both int32) and returns B, T.
@@ -205,47 +264,75 @@ func (m *Model) checkTokens(tokens, lengths *graph.Node) (b, t int) {
 // hidden runs the decoder over tokens [B, T] with lengths [B] (see Logits) and returns the
 // final normalised hidden states [B, T, H].
 func (m *Model) hidden(w *weights, tokens, lengths *graph.Node) *graph.Node {
+	return rmsNorm(m.residual(w, tokens, lengths), w.norm, m.cfg.RMSNormEps)
+}
+
+// residual is the residual stream [B, T, H] after the last layer (hidden before the final
+// norm).
+func (m *Model) residual(w *weights, tokens, lengths *graph.Node) *graph.Node {
+	x := m.embed(w, tokens, lengths)
+	at := m.newAttention(lengths, tokens.Shape().Dimensions[1])
+	for l := range w.layers {
+		x = w.layer(m.cfg, &w.layers[l], at, x)
+	}
+	return x
+}
+
+// embed returns the embeddings [B, T, H] of tokens [B, T] (padding reads row 0).
+func (m *Model) embed(w *weights, tokens, lengths *graph.Node) *graph.Node {
 	g := tokens.Graph()
-	c := m.cfg
 	b, t := m.checkTokens(tokens, lengths)
+	isReal := graph.LessThan(graph.Iota(g, shapes.Make(dtypes.Int32, b, t), 1), graph.InsertAxes(lengths, -1)) // [B, T]
+	return w.embedRows(graph.Where(isReal, tokens, graph.ScalarZero(g, dtypes.Int32)))                         // [B, T, H]
+}
+
+// attention holds what every layer's attention over one batch shares: RoPE's tables and the
+// mask.
+type attention struct {
+	cos, sin *graph.Node // [1, T, 1, hd]
+	bias     *graph.Node // [B·nkv, grp·T, T]
+}
+
+// newAttention builds the attention constants of a batch of T positions with lengths [B].
+func (m *Model) newAttention(lengths *graph.Node, t int) attention {
+	c := m.cfg
+	nkv := c.NumKeyValueHeads
+	cos, sin := m.ropeTables(lengths.Graph(), t)
+	return attention{cos: cos, sin: sin, bias: attentionBias(lengths, lengths.Shape().Dimensions[0], t, nkv, c.NumAttentionHeads/nkv)}
+}
+
+// layer applies one decoder layer to the residual stream x [B, T, H].
+func (w *weights) layer(c hf.Config, lw *layerWeights, at attention, x *graph.Node) *graph.Node {
+	dims := x.Shape().Dimensions
+	b, t := dims[0], dims[1]
 	hd, nq, nkv := c.HeadDim, c.NumAttentionHeads, c.NumKeyValueHeads
 	grp := nq / nkv // query heads per key-value head
 	eps := c.RMSNormEps
-
-	isReal := graph.LessThan(graph.Iota(g, shapes.Make(dtypes.Int32, b, t), 1), graph.InsertAxes(lengths, -1)) // [B, T]
-	ids := graph.Where(isReal, tokens, graph.ScalarZero(g, dtypes.Int32))                                      // padding reads row 0
-	x := w.embedRows(ids)                                                                                      // [B, T, H]
-	cos, sin := m.ropeTables(g, t)                                                                             // [1, T, 1, hd]
-	bias := attentionBias(lengths, b, t, nkv, grp)                                                             // [B·nkv, grp·T, T]
 	scale := 1 / math.Sqrt(float64(hd))
 
-	for l := range w.layers {
-		lw := &w.layers[l]
-		h := rmsNorm(x, lw.inputNorm, eps)
-		q := graph.Reshape(w.project(h, &lw.proj[qProj]), b, t, nq, hd)
-		k := graph.Reshape(w.project(h, &lw.proj[kProj]), b, t, nkv, hd)
-		v := graph.Reshape(w.project(h, &lw.proj[vProj]), b, t, nkv, hd)
-		if lw.qNorm != nil { // Qwen3: each head RMS-normalised before RoPE
-			q, k = rmsNorm(q, lw.qNorm, eps), rmsNorm(k, lw.kNorm, eps)
-		}
-		q, k = rope(q, cos, sin), rope(k, cos, sin)
-		// Grouped-query attention: query heads n·grp … n·grp+grp−1 share key-value head n, so
-		// they are stacked along the query axis of one batch entry (b, n); one batch axis keeps
-		// the products on the go backend's fast path.
-		q = graph.Reshape(graph.TransposeAllAxes(graph.Reshape(q, b, t, nkv, grp, hd), 0, 2, 3, 1, 4), b*nkv, grp*t, hd)
-		kT := graph.Reshape(graph.TransposeAllAxes(k, 0, 2, 3, 1), b*nkv, hd, t)                                    // [B·nkv, hd, T]
-		v = graph.Reshape(graph.TransposeAllAxes(v, 0, 2, 1, 3), b*nkv, t, hd)                                      // [B·nkv, T, hd]
-		s := graph.DotGeneral(q, []int{2}, []int{0}, kT, []int{1}, []int{0})                                        // [B·nkv, grp·T, T]
-		s = graph.Add(graph.MulScalar(s, scale), bias)                                                              // q·k/√hd, masked
-		a := graph.DotGeneral(graph.Softmax(s, -1), []int{2}, []int{0}, v, []int{1}, []int{0})                      // [B·nkv, grp·T, hd]
-		a = graph.Reshape(graph.TransposeAllAxes(graph.Reshape(a, b, nkv, grp, t, hd), 0, 3, 1, 2, 4), b, t, nq*hd) // [B, T, nq·hd]
-		x = graph.Add(x, w.project(a, &lw.proj[oProj]))
-
-		h = rmsNorm(x, lw.postNorm, eps)
-		gate, up := w.project(h, &lw.proj[gateProj]), w.project(h, &lw.proj[upProj])
-		x = graph.Add(x, w.project(graph.Mul(silu(gate), up), &lw.proj[downProj])) // SwiGLU
+	h := rmsNorm(x, lw.inputNorm, eps)
+	q := graph.Reshape(w.project(h, &lw.proj[qProj]), b, t, nq, hd)
+	k := graph.Reshape(w.project(h, &lw.proj[kProj]), b, t, nkv, hd)
+	v := graph.Reshape(w.project(h, &lw.proj[vProj]), b, t, nkv, hd)
+	if lw.qNorm != nil { // Qwen3: each head RMS-normalised before RoPE
+		q, k = rmsNorm(q, lw.qNorm, eps), rmsNorm(k, lw.kNorm, eps)
 	}
-	return rmsNorm(x, w.norm, eps)
+	q, k = rope(q, at.cos, at.sin), rope(k, at.cos, at.sin)
+	// Grouped-query attention: query heads n·grp … n·grp+grp−1 share key-value head n, so
+	// they are stacked along the query axis of one batch entry (b, n); one batch axis keeps
+	// the products on the go backend's fast path.
+	q = graph.Reshape(graph.TransposeAllAxes(graph.Reshape(q, b, t, nkv, grp, hd), 0, 2, 3, 1, 4), b*nkv, grp*t, hd)
+	kT := graph.Reshape(graph.TransposeAllAxes(k, 0, 2, 3, 1), b*nkv, hd, t)                                    // [B·nkv, hd, T]
+	v = graph.Reshape(graph.TransposeAllAxes(v, 0, 2, 1, 3), b*nkv, t, hd)                                      // [B·nkv, T, hd]
+	s := graph.DotGeneral(q, []int{2}, []int{0}, kT, []int{1}, []int{0})                                        // [B·nkv, grp·T, T]
+	s = graph.Add(graph.MulScalar(s, scale), at.bias)                                                           // q·k/√hd, masked
+	a := graph.DotGeneral(graph.Softmax(s, -1), []int{2}, []int{0}, v, []int{1}, []int{0})                      // [B·nkv, grp·T, hd]
+	a = graph.Reshape(graph.TransposeAllAxes(graph.Reshape(a, b, nkv, grp, t, hd), 0, 3, 1, 2, 4), b, t, nq*hd) // [B, T, nq·hd]
+	x = graph.Add(x, w.project(a, &lw.proj[oProj]))
+
+	h = rmsNorm(x, lw.postNorm, eps)
+	gate, up := w.project(h, &lw.proj[gateProj]), w.project(h, &lw.proj[upProj])
+	return graph.Add(x, w.project(graph.Mul(silu(gate), up), &lw.proj[downProj])) // SwiGLU
 }
 
 // embedRows returns the float32 embeddings of ids [..., n] int32: [..., n, H].

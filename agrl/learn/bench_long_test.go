@@ -1,0 +1,143 @@
+package learn
+
+import (
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/llm"
+
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestLongStepMemory measures one LoRA training step (rank 16, every projection, the GRPO
+// loss) on one sequence of random tokens per width, when AGRL_BENCH_LONG names a shape
+// (llm.ShapeNames); it is skipped otherwise. AGRL_BENCH_WIDTHS lists the widths
+// (default 512,1024,2048); AGRL_BENCH_SEGMENTED=1 takes every step segment by segment, =0
+// every step through the whole graph (default: as the policy decides, segmented). For each
+// width it prints one JSON line: tokens/s (the faster of two steps after a warm-up step that
+// compiles the graphs) and the peak resident memory above the loaded model (VmHWM after the
+// loading's garbage was returned to the OS and the peak reset through /proc/self/clear_refs;
+// run it with GOGC=25 so the peak follows the live data). Linux only.
+func TestLongStepMemory(t *testing.T) {
+	shape := os.Getenv("AGRL_BENCH_LONG")
+	if shape == "" {
+		t.Skip("set AGRL_BENCH_LONG to a shape (e.g. smollm2-135m) to measure")
+	}
+	cfg, err := llm.Shape(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(os.TempDir(), "agrl-bench-"+shape)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		if err := llm.WriteRandom(dir, cfg, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	widths := []int{512, 1024, 2048}
+	if s := os.Getenv("AGRL_BENCH_WIDTHS"); s != "" {
+		widths = nil
+		for _, f := range strings.Split(s, ",") {
+			w, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || w < 2 {
+				t.Fatalf("AGRL_BENCH_WIDTHS: %q", s)
+			}
+			widths = append(widths, w)
+		}
+	}
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mode := os.Getenv("AGRL_BENCH_SEGMENTED")
+	switch mode {
+	case "1":
+		p.segmentFrom = 2
+	case "0":
+		p.segmentFrom = 1 << 30
+	}
+	l, err := p.newLearner("bench", grpoLoss(0.2, 0.2, 0, agrl.K3), grpoValues, agrl.NewAdamW().LR(1e-5), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, w := range widths {
+		b := TrainBatch{Values: map[string][][]float32{}}
+		s := make([]int32, w)
+		for i := range s {
+			s[i] = int32(rng.IntN(cfg.VocabSize))
+		}
+		b.Tokens = [][]int32{s}
+		for _, name := range grpoValues {
+			v := make([]float32, w)
+			for j := 1; j < w; j++ {
+				switch name {
+				case valMask, valFresh:
+					v[j] = 1
+				case valAdv:
+					v[j] = float32(rng.NormFloat64())
+				case valWeight:
+					v[j] = float32(1 / float64(w-1))
+				}
+			}
+			b.Values[name] = append(b.Values[name], v)
+		}
+		runtime.GC()
+		debug.FreeOSMemory()
+		base := procStatus(t, "VmRSS")
+		if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+			t.Skipf("cannot reset the peak: %v", err)
+		}
+		best := 0.0
+		for i := range 3 {
+			st, err := l.Step(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i > 0 {
+				best = max(best, float64(w-1)/st.Seconds)
+			}
+		}
+		peak := procStatus(t, "VmHWM")
+		rec := map[string]any{"shape": shape, "width": w, "segmented": p.segmented(w), "train_tokens_per_s": round1(best),
+			"peak_above_model_gb": float64(int((peak-base)/1e7+0.5)) / 100}
+		line, _ := json.Marshal(rec)
+		fmt.Println(string(line))
+	}
+}
+
+// procStatus reads a memory figure of /proc/self/status in bytes.
+func procStatus(t *testing.T, key string) float64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc/self/status: %v", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), key+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb * 1024
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", key)
+	return 0
+}

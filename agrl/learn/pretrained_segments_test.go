@@ -1,0 +1,179 @@
+package learn
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
+	"github.com/gomlx/gomlx/core/graph"
+)
+
+// tinyFamily writes a random checkpoint of family f's tiny shape (llm.Tiny: Llama untied,
+// Qwen2 with q/k/v biases, Qwen3 with q/k norms and tied embeddings) with the test tokenizer
+// into a new temporary directory.
+func tinyFamily(t *testing.T, f hf.Family) string {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := llm.Tiny(f)
+	cfg.VocabSize, cfg.MaxPositionEmbeddings = 320, 2048
+	cfg.BOSTokenID, cfg.EOSTokenIDs = -1, nil
+	if err := llm.WriteRandom(dir, cfg, 3, 1); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// segTestLoss uses every statistic the trainer hands a loss: a policy-gradient term on the
+// log-probs, an entropy bonus, and the top-1 accuracy and token count as metrics.
+func segTestLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
+	mask := graph.Mul(in.Values["mask"], in.Valid)
+	g := mask.Graph()
+	n := graph.Max(in.Sums["mask"], graph.Const(g, float32(1)))
+	pg := graph.Div(graph.Neg(graph.ReduceAllSum(graph.Mul(graph.Mul(mask, in.Values["adv"]), in.LogProbs))), n)
+	ent := graph.Div(graph.ReduceAllSum(graph.Mul(mask, in.Entropy)), n)
+	loss := graph.Sub(pg, graph.MulScalar(ent, 0.05))
+	return loss, map[string]*graph.Node{"entropy": ent, "accuracy": graph.Div(graph.ReduceAllSum(graph.Mul(mask, in.Top1)), n)}
+}
+
+// TestSegmentedStep: a training step taken segment by segment (embedding, one graph per
+// layer, the head in chunks of positions, each backward pass recomputing its forward pass)
+// computes the whole graph's loss, metrics and gradients — on every family, with LoRA (with
+// dropout: each layer draws the masks the whole graph draws) and with full fine-tuning (the
+// head's, the norms' and the embedding's gradients, tied or not), over several micro-batches
+// and several head chunks, for two steps (the second from the first's update).
+func TestSegmentedStep(t *testing.T) {
+	defer func(b int) { headChunkBytes = b }(headChunkBytes)
+	headChunkBytes = 6 * 4 * 320 * 2 * 20 // 16 positions a chunk for 2 rows: 3+ chunks a call
+	cases := []struct {
+		name    string
+		family  hf.Family
+		full    bool
+		dropout float64
+	}{
+		{"qwen3-lora-dropout", hf.Qwen3, false, 0.3},
+		{"qwen2-lora", hf.Qwen2, false, 0},
+		{"llama-full", hf.Llama, true, 0},
+		{"qwen3-full", hf.Qwen3, true, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := tinyFamily(t, c.family)
+			spec := agrl.Pretrained(dir).MicroBatch(2)
+			if c.full {
+				spec = spec.Full()
+			} else {
+				spec = spec.LoRA(4, 8).Dropout(c.dropout)
+			}
+			type run struct {
+				p     *PretrainedPolicy
+				tr    *pretrainedTrainer
+				grads [][][]float32
+				stats []agrl.StepStats
+			}
+			runs := make([]*run, 2)
+			for i := range runs {
+				p, err := LoadPretrained(spec, 5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !c.full {
+					withRandomAdapters(t, p)
+				}
+				if i == 1 {
+					p.segmentFrom = 2
+				}
+				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := &run{p: p, tr: l.(*pretrainedTrainer)}
+				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
+				runs[i] = r
+			}
+			batch := segTestBatch(320, 11, 45, 3, 30, 2, 38)
+			for step := range 2 {
+				for _, r := range runs {
+					st, err := r.tr.Step(batch)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.stats = append(r.stats, st)
+				}
+				whole, seg := runs[0].stats[step], runs[1].stats[step]
+				close := func(what string, a, b, tol float64) {
+					if math.Abs(a-b) > tol*(1+math.Abs(a)) || bad(a) || bad(b) {
+						t.Errorf("step %d %s: whole %v, segmented %v", step+1, what, a, b)
+					}
+				}
+				close("loss", whole.Loss, seg.Loss, 1e-5)
+				close("grad norm", whole.GradNorm, seg.GradNorm, 1e-4)
+				for k, v := range whole.Metrics {
+					close(k, v, seg.Metrics[k], 1e-5)
+				}
+				if len(seg.Metrics) != len(whole.Metrics) {
+					t.Errorf("step %d metrics: whole %v, segmented %v", step+1, whole.Metrics, seg.Metrics)
+				}
+				vars := runs[0].p.trainVars()
+				var worst, scale float64
+				where := ""
+				for i, g := range runs[0].grads[step] {
+					for j, x := range g {
+						scale = max(scale, math.Abs(float64(x)))
+						if d := math.Abs(float64(x - runs[1].grads[step][i][j])); d > worst {
+							worst, where = d, fmt.Sprintf("%s[%d]", vars[i].Path(), j)
+						}
+					}
+				}
+				if scale == 0 || worst > 1e-4*scale {
+					t.Errorf("step %d: gradients differ by up to %.3g (at %s) of a largest %.3g", step+1, worst, where, scale)
+				}
+				t.Logf("step %d: loss %.6f, largest gradient %.3g, largest difference %.3g", step+1, whole.Loss, scale, worst)
+			}
+			if runs[0].tr.seg != nil || runs[1].tr.seg == nil {
+				t.Error("the whole-graph policy built segment graphs, or the segmented one did not")
+			}
+		})
+	}
+}
+
+// segTestBatch is a train batch of random token sequences of the given lengths, with
+// per-token advantages in [-1, 1) and a mask that leaves each sequence's first third out.
+func segTestBatch(vocab int, lens ...int) TrainBatch {
+	rng := rand.New(rand.NewPCG(9, 9))
+	b := TrainBatch{Values: map[string][][]float32{}}
+	for _, n := range lens {
+		seq, adv, mask := make([]int32, n), make([]float32, n), make([]float32, n)
+		for i := range seq {
+			seq[i] = int32(rng.IntN(vocab))
+			adv[i] = float32(rng.Float64()*2 - 1)
+			if i >= n/3 {
+				mask[i] = 1
+			}
+		}
+		b.Tokens = append(b.Tokens, seq)
+		b.Values["adv"] = append(b.Values["adv"], adv)
+		b.Values["mask"] = append(b.Values["mask"], mask)
+	}
+	return b
+}
+
+func clone2(g [][]float32) [][]float32 {
+	out := make([][]float32, len(g))
+	for i := range g {
+		out[i] = append([]float32(nil), g[i]...)
+	}
+	return out
+}
