@@ -36,7 +36,9 @@ type PretrainedLM struct {
 	// decoding is where rollouts decode (Decoding): "", "host" or "graph".
 	decoding string
 	micro    int
-	system   string
+	// callGiB bounds a graph call's memory on the go backend (CallMemory), in GiB.
+	callGiB float64
+	system  string
 	// full trains every weight instead of adapters (Full).
 	full bool
 	// weights is the base weights' storage on the backend (Weights): "", "float32" or
@@ -60,7 +62,7 @@ type PretrainedLM struct {
 // progress on stderr), so that later loads, resumes included, read the cached copy without
 // the network. Building the value contacts nothing.
 func Pretrained(model string) PretrainedLM {
-	p := PretrainedLM{dir: model, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8}
+	p := PretrainedLM{dir: model, rank: 16, alpha: 32, targets: llm.LoRAModules(), micro: 8, callGiB: DefaultCallMemoryGiB}
 	if _, err := os.Stat(model); err != nil && hf.IsHubID(model) {
 		p.hub = true
 		return p
@@ -141,13 +143,26 @@ func (p PretrainedLM) Weights(dtype string) PretrainedLM { p.weights = dtype; re
 // training batch is split into micro-batches whose gradients are added up before the one
 // optimizer step, so memory does not grow with the group size. On the go backend (the CPU)
 // it is the most a call takes: long sequences, and models with a large vocabulary, go fewer
-// at a time, so that a call's estimated memory stays within 4 GiB (at the SmolLM2-135M shape 4
-// sequences of 256 positions, 2 of 512, 1 of 896); where even one sequence's training graph
-// would need more, its gradients are taken segment by segment — the embedding, each layer,
-// the head in chunks of positions, every backward pass recomputing its forward pass — at
-// about three quarters of the speed, in a fraction of the memory (one sequence of 2,048
+// at a time, so that a call's estimated memory stays within CallMemory (by default 4 GiB: at
+// the SmolLM2-135M shape 4 sequences of 256 positions, 2 of 512, 1 of 896); where even one
+// sequence's training graph would need more, its gradients are taken segment by segment — the
+// embedding, each layer, the head in chunks of positions, every backward pass recomputing its
+// forward pass — at 0.6–0.8× the speed, in a fraction of the memory (one sequence of 2,048
 // positions at that shape: 2.1 GB instead of 14.5; docs/llm.md).
 func (p PretrainedLM) MicroBatch(n int) PretrainedLM { p.micro = n; return p }
+
+// DefaultCallMemoryGiB is CallMemory's default.
+const DefaultCallMemoryGiB = 4
+
+// CallMemory sets the memory, in GiB, that one graph call of scoring or training may take on
+// the go backend by agrl's estimate (default 4; other backends ignore it): it sets how many
+// sequences a call takes (MicroBatch) and from which length one sequence trains segment by
+// segment. More trains long sequences faster where the machine has the memory (the process
+// peaks at about twice the live data with Go's default GOGC); less fits a smaller machine. It
+// is a setting, not a measure of the machine, so a run splits its batches — and adds up its
+// gradients — the same way wherever it runs; a resume may change it (like MicroBatch, it
+// changes the rounding of the sums, not what is trained).
+func (p PretrainedLM) CallMemory(gib float64) PretrainedLM { p.callGiB = gib; return p }
 
 // System sets the system message of every prompt (default none: the chat format writes its
 // own default, if any).
@@ -195,7 +210,9 @@ type PretrainedSpec struct {
 	Backend    string
 	Decoding   string // "", "host" or "graph" (see PretrainedLM.Decoding)
 	MicroBatch int
-	System     string
+	// CallMemoryGiB bounds a graph call's estimated memory on the go backend (CallMemory).
+	CallMemoryGiB float64
+	System        string
 	// Full is set for full fine-tuning (every weight trained; LoRA is then unused).
 	Full bool
 	// Weights is the base weights' storage: "" or "float32", or "bfloat16" (PretrainedLM.Weights).
@@ -208,12 +225,12 @@ type PretrainedSpec struct {
 
 // Spec returns the settings.
 func (p PretrainedLM) Spec() PretrainedSpec {
-	return PretrainedSpec{Dir: p.dir, Hub: p.hub, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, System: p.system, Full: p.full, Weights: p.weights,
+	return PretrainedSpec{Dir: p.dir, Hub: p.hub, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro, CallMemoryGiB: p.callGiB, System: p.system, Full: p.full, Weights: p.weights,
 		ChatFormat: p.chatFormat, Compute: p.compute, LoRA: llm.LoRAConfig{Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout, TargetModules: slices.Clone(p.targets)}}
 }
 
 // Validate reports every problem at once: no directory, a directory without config.json (or
-// with one of an unsupported architecture), invalid LoRA settings, micro-batch, decoding,
+// with one of an unsupported architecture), invalid LoRA settings, micro-batch, call memory, decoding,
 // weights or compute dtype, or chat format.
 func (p PretrainedLM) Validate() error {
 	var errs []error
@@ -241,6 +258,9 @@ func (p PretrainedLM) Validate() error {
 	}
 	if p.micro < 1 {
 		errs = append(errs, fmt.Errorf("micro-batch %d; want >= 1", p.micro))
+	}
+	if !(p.callGiB >= 0.25 && p.callGiB <= 4096) {
+		errs = append(errs, fmt.Errorf("call memory %v GiB; want 0.25 … 4096", p.callGiB))
 	}
 	switch p.decoding {
 	case "", "host", "graph":
@@ -292,6 +312,9 @@ type PretrainedRecord struct {
 	Backend    string `json:"backend"`
 	Decoding   string `json:"decoding,omitempty"`
 	MicroBatch int    `json:"micro_batch"`
+	// CallMemoryGiB is CallMemory where it is not the default (DefaultCallMemoryGiB, recorded
+	// as 0); like MicroBatch it does not change what is trained.
+	CallMemoryGiB float64 `json:"call_memory_gib,omitempty"`
 	// Weights is the base weights' storage ("bfloat16"; empty for float32). It changes what is
 	// computed for a float32 checkpoint (its weights are rounded), so a resume keeps it.
 	Weights string `json:"weights,omitempty"`
@@ -307,6 +330,9 @@ func (p PretrainedLM) record() *PretrainedRecord {
 	r := &PretrainedRecord{Model: p.dir, Rank: p.rank, Alpha: p.alpha, Dropout: p.dropout,
 		Targets: slices.Clone(p.targets), System: p.system, Backend: p.backend, Decoding: p.decoding, MicroBatch: p.micro,
 		ChatFormat: p.chatFormat}
+	if p.callGiB != DefaultCallMemoryGiB {
+		r.CallMemoryGiB = p.callGiB
+	}
 	if p.weights == "bfloat16" {
 		r.Weights = p.weights
 	}

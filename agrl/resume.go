@@ -139,7 +139,7 @@ func flatJSON(v any) (map[string]any, error) {
 
 // resumeFree are the settings a resume may change without the opt-in (see the comment above).
 var resumeFree = []string{"steps", "out", "eval_every", "checkpoint_every", "trajectories_every", "policy.backend",
-	"pretrained.backend", "pretrained.decoding", "pretrained.micro_batch"}
+	"pretrained.backend", "pretrained.decoding", "pretrained.micro_batch", "pretrained.call_memory_gib"}
 
 // ResumeChanges compares the configuration a run directory stores (config.json, decoded) with
 // g's and splits the differences into those that need ResumeWithNewSettings (binding) and

@@ -168,6 +168,32 @@ func TestPretrainedComputeResume(t *testing.T) {
 	}
 }
 
+// TestPretrainedCallMemoryResume: the call memory only changes how batches are split (the
+// rounding of the sums), so a resume may change it freely; the default is not recorded, so
+// configurations written before the setting existed resume unchanged; out of range is a
+// validation error.
+func TestPretrainedCallMemoryResume(t *testing.T) {
+	cfg, err := asMap(toyGRPO().Pretrained(Pretrained("models/m")).Resolved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := cfg["pretrained"].(map[string]any); !ok || p["call_memory_gib"] != nil {
+		t.Errorf("the default call memory recorded: %v", cfg["pretrained"])
+	}
+	binding, free, err := toyGRPO().Pretrained(Pretrained("models/m").CallMemory(12)).ResumeChanges(cfg)
+	if err != nil || len(binding) != 0 || len(free) != 1 || free[0].Setting != "pretrained.call_memory_gib" {
+		t.Errorf("call memory: binding %v, free %v, %v", binding, free, err)
+	}
+	for _, gib := range []float64{0, 0.1, -4, 5000} {
+		if err := Pretrained(t.TempDir()).CallMemory(gib).Validate(); err == nil || !strings.Contains(err.Error(), "call memory") {
+			t.Errorf("CallMemory(%v): %v", gib, err)
+		}
+	}
+	if err := Pretrained(t.TempDir()).CallMemory(0.5).Validate(); err != nil && strings.Contains(err.Error(), "call memory") {
+		t.Errorf("CallMemory(0.5): %v", err)
+	}
+}
+
 // A run the CLI recorded with a hub id's download directory (as it did before ids were
 // recorded) resumes with the id, and the other way round; another directory is another model.
 func TestPretrainedHubIDResume(t *testing.T) {

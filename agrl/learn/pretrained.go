@@ -655,8 +655,8 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 	return checkTokenSeqs(seqs, p.cfg.VocabSize, p.cfg.MaxPositionEmbeddings)
 }
 
-// goCallBudget bounds the memory of one graph call of scoring or training on the go
-// backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
+// goCallBudget is the default bound (agrl.PretrainedLM.CallMemory) on the memory of one graph
+// call of scoring or training on the go backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
 // sequences when that many of its width would need more (never fewer than one), and a
 // training call whose one sequence would need more goes segment by segment (segmented). On the go
 // backend the graph's tensors are the machine's memory, and the process's peak is about twice
@@ -665,7 +665,24 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 // call were killed at 24 GB (docs/llm.md, "Micro-batches sized by memory"). It is a constant, not a fraction of the machine's memory, so a run
 // splits its batches the same way — and sums its gradients in the same order — on every
 // machine. Other backends keep MicroBatch: their memory is the device's, sized by the user.
-const goCallBudget = 4 << 30
+const goCallBudget = agrl.DefaultCallMemoryGiB << 30
+
+// callBudget is the memory one graph call may take on the go backend: the spec's CallMemory
+// (goCallBudget by default).
+func (p *PretrainedPolicy) callBudget() float64 {
+	if p.spec.CallMemoryGiB > 0 {
+		return p.spec.CallMemoryGiB * (1 << 30)
+	}
+	return goCallBudget
+}
+
+// callMemoryRecord is the CallMemory a checkpoint records: 0 for the default.
+func callMemoryRecord(gib float64) float64 {
+	if gib == agrl.DefaultCallMemoryGiB {
+		return 0
+	}
+	return gib
+}
 
 // callRowBytes estimates the memory one sequence padded to width positions takes in the
 // training step's graph on the go backend (the forward's tensors kept for the backward, and
@@ -684,13 +701,13 @@ func callRowBytes(cfg hf.Config, width int) float64 {
 }
 
 // callRows is how many sequences a graph call of width positions takes: MicroBatch, or on the
-// go backend the most, up to MicroBatch, whose estimated memory fits goCallBudget (at least
+// go backend the most, up to MicroBatch, whose estimated memory fits callBudget (at least
 // one). It depends on the width alone, so each width compiles one shape.
 func (p *PretrainedPolicy) callRows(width int) int {
 	if !p.goBackend {
 		return p.spec.MicroBatch
 	}
-	return max(1, min(p.spec.MicroBatch, int(goCallBudget/callRowBytes(p.cfg, width))))
+	return max(1, min(p.spec.MicroBatch, int(p.callBudget()/callRowBytes(p.cfg, width))))
 }
 
 // chunks splits seqs, in order, into micro-batches: each as many sequences as callRows allows
@@ -1165,6 +1182,8 @@ type pretrainedJSON struct {
 	Dropout    float64 `json:"lora_dropout"`
 	System     string  `json:"system,omitempty"`
 	MicroBatch int     `json:"micro_batch"`
+	// CallMemoryGiB is agrl.PretrainedLM.CallMemory where it is not the default.
+	CallMemoryGiB float64 `json:"call_memory_gib,omitempty"`
 	// Targets are the adapted modules, in llm.LoRAModules order.
 	Targets []string `json:"lora_targets"`
 	Stage   string   `json:"stage,omitempty"`
@@ -1200,7 +1219,8 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	}
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.model, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
-		Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
+		CallMemoryGiB: callMemoryRecord(p.spec.CallMemoryGiB),
+		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
 	if p.spec.Compute == "bfloat16" {
 		meta.Compute = p.spec.Compute
 	}
@@ -1339,6 +1359,9 @@ func LoadModel(dir, backend string) (Model, error) {
 	}
 	if meta.MicroBatch > 0 {
 		spec = spec.MicroBatch(meta.MicroBatch)
+	}
+	if meta.CallMemoryGiB > 0 {
+		spec = spec.CallMemory(meta.CallMemoryGiB)
 	}
 	return loadPretrained(spec, 0, dir, func(msg string) { fmt.Fprintln(os.Stderr, "agrl: "+msg) })
 }

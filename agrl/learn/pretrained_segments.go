@@ -9,8 +9,8 @@ import (
 	"github.com/gomlx/gomlx/ml/model"
 )
 
-// Segmented training steps: where one sequence's whole training graph would not fit
-// goCallBudget on the go backend (callRowBytes: 14 GB for 2,048 positions at the SmolLM2-135M
+// Segmented training steps: where one sequence's whole training graph would not fit the
+// call budget on the go backend (agrl.PretrainedLM.CallMemory, 4 GiB by default) (callRowBytes: 14 GB for 2,048 positions at the SmolLM2-135M
 // shape, most of it the attention's width × width tensors of 30 layers and the activations the
 // backward pass keeps), a micro-batch's gradients are taken segment by segment instead
 // (hfgraph's Embed, Layer, HeadStats):
@@ -49,14 +49,14 @@ func headChunk(vocab, rows, positions int) int {
 }
 
 // segmented reports whether a training call of width positions goes segment by segment: on
-// the go backend, where even one row's whole graph exceeds goCallBudget (or, in tests, from
+// the go backend, where even one row's whole graph exceeds the call budget (CallMemory; or, in tests, from
 // segmentFrom positions on). It depends on the width alone, so a run takes each width's
 // gradients the same way on every machine, and a resumed run as the uninterrupted one did.
 func (p *PretrainedPolicy) segmented(width int) bool {
 	if p.segmentFrom > 0 {
 		return width >= p.segmentFrom
 	}
-	return p.goBackend && callRowBytes(p.cfg, width) > goCallBudget
+	return p.goBackend && callRowBytes(p.cfg, width) > p.callBudget()
 }
 
 // segExecs are a trainer's segment graphs (built on first use).

@@ -576,6 +576,17 @@ func TestCallRows(t *testing.T) {
 	if q.segmented(384) || !q.segmented(448) {
 		t.Errorf("Qwen3-0.6B shape: segmented at 384 %v, at 448 %v; want false, true", q.segmented(384), q.segmented(448))
 	}
+	// CallMemory(16): 4 times the budget, 4 times the rows (at most MicroBatch); whole graphs
+	// up to 2,048 positions (estimated 13.1 GB), segmented from 2,560.
+	big := &PretrainedPolicy{spec: agrl.Pretrained("x").MicroBatch(8).CallMemory(16).Spec(), cfg: cfg, goBackend: true}
+	for _, c := range []struct{ width, rows int }{{256, 8}, {512, 8}, {1024, 3}, {2048, 1}} {
+		if got := big.callRows(c.width); got != c.rows {
+			t.Errorf("CallMemory(16), width %d: %d rows, want %d", c.width, got, c.rows)
+		}
+	}
+	if big.segmented(2048) || !big.segmented(2560) {
+		t.Errorf("CallMemory(16): segmented at 2,048 %v, at 2,560 %v; want false, true", big.segmented(2048), big.segmented(2560))
+	}
 	seq := func(n int) []int32 { return make([]int32, n) }
 	// 3 short ones, which a 300 (width 320: 3 rows) cannot join; the 300 and a 600 (width 640:
 	// 1 row) each alone; then 500 and 480 (width 512: 2 rows); then 9 short ones (8, then 1).

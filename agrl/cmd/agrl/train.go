@@ -48,12 +48,14 @@ type trainFlags struct {
 	// rank and alpha and the sequences per graph call.
 	model           string
 	loraRank, micro int
-	loraAlpha       float64
-	full            bool   // -full: train every weight of the -model, not LoRA adapters
-	decoding        string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
-	chatFormat      string // -chat-format: the -model's chat format by name (agrl.PretrainedLM.ChatFormat)
-	compute         string // -compute: the dtype of the -model's products (agrl.PretrainedLM.Compute)
-	weights         string // -weights: the -model's base weights' storage (agrl.PretrainedLM.Weights)
+	// callMemory is -call-memory (GiB).
+	callMemory float64
+	loraAlpha  float64
+	full       bool   // -full: train every weight of the -model, not LoRA adapters
+	decoding   string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
+	chatFormat string // -chat-format: the -model's chat format by name (agrl.PretrainedLM.ChatFormat)
+	compute    string // -compute: the dtype of the -model's products (agrl.PretrainedLM.Compute)
+	weights    string // -weights: the -model's base weights' storage (agrl.PretrainedLM.Weights)
 	// given lists the flags that args set explicitly, each between "|" (a string, so that
 	// trainFlags stays comparable: the sweep keys maps by it).
 	given string
@@ -195,7 +197,8 @@ func (f *trainFlags) register(fs interface {
 	fs.StringVar(&f.decoding, "decoding", "", `where a -model's rollouts run: "host" (agrl/llm's KV cache and kernels, the fastest on a CPU) or "graph" (the model's graph on the -backend, KV caches in its memory: on a GPU, sampling runs there); default host on the go backend, graph on any other`)
 	fs.StringVar(&f.weights, "weights", "", `the dtype a -model's frozen base weights are kept in on the -backend: "float32" (default) or "bfloat16" (half the memory; computed in float32 from the rounded values unless -compute bfloat16; LoRA only)`)
 	fs.StringVar(&f.compute, "compute", "", `the dtype of a -model's matrix products with its base weights on the -backend: "float32" (default) or "bfloat16" (mixed precision, for GPUs: the projections' inputs and results rounded, float32 sums, float32 logits; rollouts then decode with the graph)`)
-	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model, at most (its gradients are added up over a step's micro-batches; on the go backend long sequences go fewer at a time, each call estimated within 4 GiB, and one too long for that trains layer by layer)")
+	fs.IntVar(&f.micro, "micro-batch", agrl.Pretrained("").Spec().MicroBatch, "sequences per graph call of a -model, at most (its gradients are added up over a step's micro-batches; on the go backend long sequences go fewer at a time, each call estimated within -call-memory, and one too long for that trains layer by layer)")
+	fs.Float64Var(&f.callMemory, "call-memory", agrl.DefaultCallMemoryGiB, "GiB one graph call of a -model may take on the go backend, by agrl's estimate: more trains long sequences faster (whole graphs) where the machine has the memory; less fits a smaller one")
 	fs.BoolVar(&f.newSettings, "new-settings", false, "resume a run with settings that differ from those it was started with (recorded in the run's "+agrl.RunConfigHistoryFile+")")
 	fs.DurationVar(&f.watchdog, "watchdog", learn.ExecTimeout, "fail a graph execution that runs longer than this (time the process is stopped does not count; 0: no watchdog)")
 }
@@ -301,7 +304,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		if err := fetchModel(f.model, stderr); err != nil {
 			errs = append(errs, err)
 		}
-		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat).Compute(f.compute)
+		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).CallMemory(f.callMemory).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat).Compute(f.compute)
 		if f.full {
 			for _, name := range []string{"lora-rank", "lora-alpha"} {
 				if strings.Contains(f.given, "|"+name+"|") {
@@ -319,7 +322,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			f.sftSteps = 0
 		}
 	} else {
-		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "decoding", "weights", "chat-format", "compute"} {
+		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "call-memory", "decoding", "weights", "chat-format", "compute"} {
 			if strings.Contains(f.given, "|"+name+"|") {
 				errs = append(errs, fmt.Errorf("-%s applies to a pretrained -model only", name))
 			}
