@@ -9,11 +9,12 @@ import (
 	"github.com/gomlx/gomlx/ml/model"
 )
 
-// Segmented training steps: where one sequence's whole training graph would not fit the
-// call budget on the go backend (agrl.PretrainedLM.CallMemory, 4 GiB by default) (callRowBytes: 14 GB for 2,048 positions at the SmolLM2-135M
-// shape, most of it the attention's width × width tensors of 30 layers and the activations the
-// backward pass keeps), a micro-batch's gradients are taken segment by segment instead
-// (hfgraph's Embed, Layer, HeadStats):
+// Segmented training steps: where one sequence's whole training graph would not fit the call
+// budget on the go backend (agrl.PretrainedLM.CallMemory, 4 GiB by default; callRowBytes
+// estimates 13 GB for 2,048 positions at the SmolLM2-135M shape, 14.5 GB measured, most of it
+// the attention's width × width tensors of 30 layers and the activations the backward pass
+// keeps), a micro-batch's gradients are taken segment by segment instead (hfgraph's Embed,
+// Layer, HeadStats):
 //
 //  1. forward, layer by layer, keeping only the residual stream entering each layer (and,
 //     with LoRA dropout, the RNG state each layer starts from);
@@ -29,11 +30,14 @@ import (
 //     weights (the vector–Jacobian product);
 //  6. with full fine-tuning, the embedding's gradient from the first layer's input gradient.
 //
-// One layer's graph serves every layer (the weights are its inputs), so a width compiles
-// seven small graphs. The forward passes run twice (a third more arithmetic than the whole
-// graph), and the memory held is the streams ((L+1)·width·hidden floats a row) plus one
-// layer's or one head chunk's working set. The gradients are the whole graph's to rounding
-// (TestSegmentedStep).
+// One layer's graph serves every layer (the weights are its inputs), so a width compiles six
+// small graphs (seven with full fine-tuning: the embedding's backward pass). The forward
+// passes run twice: with LoRA, whose backward pass through the frozen weights costs about one
+// forward pass, half again the whole graph's arithmetic; with full fine-tuning about a third.
+// The memory held is the streams (the L+1 layer inputs, each freed once its layer's backward
+// pass has read it, the stream's gradient, and host copies of the last stream and of its
+// gradient: width·hidden floats a row each) plus one layer's or one head chunk's working set.
+// The gradients are the whole graph's to rounding (TestSegmentedStep).
 
 // headChunkBytes bounds the memory of one head chunk's graph: about six float32 tensors of
 // the vocabulary's width per position (logits, log-softmax, its exponential, and in the
@@ -136,7 +140,8 @@ func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 		// in: logp, entropy, top1, valid [R, T-1], one [R, T] per value, one sum per value →
 		// loss, metrics, dlogp, dentropy
 		{&s.loss, func(_ *model.Scope, in []*graph.Node) []*graph.Node {
-			tl := in[4].Shape().Dimensions[1]
+			tl := in[3].Shape().Dimensions[1] + 1 // the values' width: one more than the statistics'
+
 			li := LossInputs{LogProbs: in[0], Entropy: in[1], Top1: in[2], Valid: in[3],
 				Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
 			for i, name := range t.values {
@@ -249,6 +254,7 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 	np := width - 1
 	chunk := headChunk(cfg.VocabSize, rows, np)
 	top := tensors.MustCopyFlatData[float32](xs[nl]) // [rows, width, hid]
+	_ = xs[nl].FinalizeAll()                         // only the host copy is read from here on
 	toks := tensors.MustCopyFlatData[int32](tok)
 	type headIn struct{ x, tgt, valid *tensors.Tensor }
 	var chunks []headIn
@@ -335,7 +341,6 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 		if err != nil {
 			return 0, nil, err
 		}
-		garbage = append(garbage, out...)
 		dx := tensors.MustCopyFlatData[float32](out[0])
 		for r := range rows {
 			for j := ci * chunk; j < min((ci+1)*chunk, np); j++ {
@@ -345,7 +350,11 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 		for k, i := range s.headTrain {
 			add(idx[hv[i].Path()], tensors.MustCopyFlatData[float32](out[1+k]))
 		}
+		for _, o := range out {
+			_ = o.FinalizeAll()
+		}
 	}
+	top = nil
 
 	// 5. Backward through the layers, last first.
 	dy := tensors.FromFlatDataAndDimensions(dtop, rows, width, hid)
@@ -363,6 +372,10 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 			return 0, nil, err
 		}
 		garbage = append(garbage, out[0])
+		if l < nl-1 { // the stream's gradient this call read came from the layer above
+			_ = dy.FinalizeAll()
+		}
+		_ = xs[l].FinalizeAll()
 		for k, i := range s.layerTrain {
 			j, ok := idx[paths[i]]
 			if !ok {
@@ -380,8 +393,8 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 		if err != nil {
 			return 0, nil, err
 		}
-		garbage = append(garbage, out...)
 		add(j, tensors.MustCopyFlatData[float32](out[0]))
+		_ = out[0].FinalizeAll()
 	}
 	return loss, metrics, nil
 }
