@@ -2,6 +2,7 @@ package learn
 
 import (
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/llm"
 	"agrl.dev/agrl/llm/agent"
 
@@ -54,19 +55,7 @@ func TestLLMThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(os.TempDir(), "agrl-bench-"+shape)
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		if err := llm.WriteRandom(dir, cfg, 1, 1); err != nil {
-			t.Fatal(err)
-		}
-		tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := benchModelDir(t, shape, cfg)
 	const prompt, decode, batch, seqLen = 256, 32, 4, 256
 	rng := rand.New(rand.NewPCG(1, 2))
 	ids := func(n int) []int32 {
@@ -247,6 +236,33 @@ func graphDecodeThroughput(t *testing.T, p *PretrainedPolicy, ids func(int) []in
 	}
 	dec8 = float64(group*decode) / time.Since(start).Seconds()
 	return prefill, dec, dec8
+}
+
+// benchModelDir is the random-weight model directory of a benchmark shape (bf16, seed 1, the
+// test tokenizer), written once to $TMPDIR/agrl-bench-<shape> and reused.
+func benchModelDir(t *testing.T, shape string, cfg hf.Config) string {
+	t.Helper()
+	dir := filepath.Join(os.TempDir(), "agrl-bench-"+shape)
+	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
+		writeTestModel(t, dir, cfg, 1)
+	}
+	return dir
+}
+
+// writeTestModel writes a random checkpoint of cfg (seed) with agrl/llm/agent's test
+// tokenizer into dir.
+func writeTestModel(t *testing.T, dir string, cfg hf.Config, seed uint64) {
+	t.Helper()
+	if err := llm.WriteRandom(dir, cfg, seed, 1); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -35,19 +34,7 @@ func TestLongStepMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(os.TempDir(), "agrl-bench-"+shape)
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		if err := llm.WriteRandom(dir, cfg, 1, 1); err != nil {
-			t.Fatal(err)
-		}
-		tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := benchModelDir(t, shape, cfg)
 	widths := []int{512, 1024, 2048}
 	if s := os.Getenv("AGRL_BENCH_WIDTHS"); s != "" {
 		widths = nil

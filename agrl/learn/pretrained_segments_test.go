@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -23,16 +21,7 @@ func tinyFamily(t *testing.T, f hf.Family) string {
 	cfg := llm.Tiny(f)
 	cfg.VocabSize, cfg.MaxPositionEmbeddings = 320, 2048
 	cfg.BOSTokenID, cfg.EOSTokenIDs = -1, nil
-	if err := llm.WriteRandom(dir, cfg, 3, 1); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := os.ReadFile(filepath.Join("..", "llm", "agent", "testdata", "tokenizer.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tokenizer.json"), tok, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeTestModel(t, dir, cfg, 3)
 	return dir
 }
 
