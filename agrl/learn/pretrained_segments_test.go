@@ -139,7 +139,13 @@ func TestSegmentedStep(t *testing.T) {
 						worstRel, where = worst/scale, fmt.Sprintf("%s[%d] (largest %.3g)", vars[i].Path(), at, scale)
 					}
 				}
-				if largest == 0 || worstRel > 1e-4 {
+				// Step 1 compares the same weights; step 2 weights that one Adam update (which
+				// divides by the gradients' size) moved from slightly different gradients.
+				tol := 1e-4
+				if step > 0 {
+					tol = 1e-3
+				}
+				if largest == 0 || worstRel > tol {
 					t.Errorf("step %d: gradients differ by up to %.3g of their variable's largest, at %s", step+1, worstRel, where)
 				}
 				t.Logf("step %d: loss %.6f, largest gradient %.3g, largest relative difference %.3g", step+1, whole.Loss, largest, worstRel)
