@@ -47,15 +47,7 @@ import (
 //
 // The model directory is written once to $TMPDIR/agrl-bench-<shape> (bf16, seed 1) and reused.
 func TestLLMThroughput(t *testing.T) {
-	shape := os.Getenv("AGRL_BENCH_LLM")
-	if shape == "" {
-		t.Skip("set AGRL_BENCH_LLM to a shape (e.g. smollm2-135m) to measure")
-	}
-	cfg, err := llm.Shape(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := benchModelDir(t, shape, cfg)
+	shape, cfg, dir := benchShape(t, "AGRL_BENCH_LLM")
 	const prompt, decode, batch, seqLen = 256, 32, 4, 256
 	rng := rand.New(rand.NewPCG(1, 2))
 	ids := func(n int) []int32 {
@@ -117,25 +109,7 @@ func TestLLMThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := TrainBatch{Values: map[string][][]float32{}}
-	for range batch {
-		s := ids(seqLen)
-		b.Tokens = append(b.Tokens, s)
-		for _, name := range grpoValues {
-			v := make([]float32, seqLen)
-			for j := 1; j < seqLen; j++ {
-				switch name {
-				case valMask, valFresh:
-					v[j] = 1
-				case valAdv:
-					v[j] = float32(rng.NormFloat64())
-				case valWeight:
-					v[j] = float32(1 / float64(batch*(seqLen-1)))
-				}
-			}
-			b.Values[name] = append(b.Values[name], v)
-		}
-	}
+	b := benchGRPOBatch(rng, cfg.VocabSize, batch, seqLen)
 	scoreSpeed := func() float64 {
 		if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph, if any
 			t.Fatal(err)
@@ -236,6 +210,49 @@ func graphDecodeThroughput(t *testing.T, p *PretrainedPolicy, ids func(int) []in
 	}
 	dec8 = float64(group*decode) / time.Since(start).Seconds()
 	return prefill, dec, dec8
+}
+
+// benchShape reads the benchmark shape from the environment variable env (skipping the test
+// when it is unset) and returns it, its configuration and its model directory (benchModelDir).
+func benchShape(t *testing.T, env string) (string, hf.Config, string) {
+	t.Helper()
+	shape := os.Getenv(env)
+	if shape == "" {
+		t.Skipf("set %s to a shape (e.g. smollm2-135m) to measure", env)
+	}
+	cfg, err := llm.Shape(shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return shape, cfg, benchModelDir(t, shape, cfg)
+}
+
+// benchGRPOBatch is a GRPO train batch of rows sequences of seqLen random tokens: every
+// target a fresh policy token, normal advantages, weights summing to 1.
+func benchGRPOBatch(rng *rand.Rand, vocab, rows, seqLen int) TrainBatch {
+	b := TrainBatch{Values: map[string][][]float32{}}
+	for range rows {
+		s := make([]int32, seqLen)
+		for i := range s {
+			s[i] = int32(rng.IntN(vocab))
+		}
+		b.Tokens = append(b.Tokens, s)
+		for _, name := range grpoValues {
+			v := make([]float32, seqLen)
+			for j := 1; j < seqLen; j++ {
+				switch name {
+				case valMask, valFresh:
+					v[j] = 1
+				case valAdv:
+					v[j] = float32(rng.NormFloat64())
+				case valWeight:
+					v[j] = float32(1 / float64(rows*(seqLen-1)))
+				}
+			}
+			b.Values[name] = append(b.Values[name], v)
+		}
+	}
+	return b
 }
 
 // benchModelDir is the random-weight model directory of a benchmark shape (bf16, seed 1, the

@@ -2,7 +2,6 @@ package learn
 
 import (
 	"agrl.dev/agrl"
-	"agrl.dev/agrl/llm"
 
 	"bufio"
 	"encoding/json"
@@ -26,15 +25,7 @@ import (
 // loading's garbage was returned to the OS and the peak reset through /proc/self/clear_refs;
 // run it with GOGC=25 so the peak follows the live data). Linux only.
 func TestLongStepMemory(t *testing.T) {
-	shape := os.Getenv("AGRL_BENCH_LONG")
-	if shape == "" {
-		t.Skip("set AGRL_BENCH_LONG to a shape (e.g. smollm2-135m) to measure")
-	}
-	cfg, err := llm.Shape(shape)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := benchModelDir(t, shape, cfg)
+	shape, cfg, dir := benchShape(t, "AGRL_BENCH_LONG")
 	widths := []int{512, 1024, 2048}
 	if s := os.Getenv("AGRL_BENCH_WIDTHS"); s != "" {
 		widths = nil
@@ -63,26 +54,7 @@ func TestLongStepMemory(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, w := range widths {
-		b := TrainBatch{Values: map[string][][]float32{}}
-		s := make([]int32, w)
-		for i := range s {
-			s[i] = int32(rng.IntN(cfg.VocabSize))
-		}
-		b.Tokens = [][]int32{s}
-		for _, name := range grpoValues {
-			v := make([]float32, w)
-			for j := 1; j < w; j++ {
-				switch name {
-				case valMask, valFresh:
-					v[j] = 1
-				case valAdv:
-					v[j] = float32(rng.NormFloat64())
-				case valWeight:
-					v[j] = float32(1 / float64(w-1))
-				}
-			}
-			b.Values[name] = append(b.Values[name], v)
-		}
+		b := benchGRPOBatch(rng, cfg.VocabSize, 1, w)
 		runtime.GC()
 		debug.FreeOSMemory()
 		base := procStatus(t, "VmRSS")

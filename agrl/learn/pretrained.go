@@ -1059,11 +1059,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		var loss float64
 		var metrics []float64
 		if p.segmented(width) {
-			lengths := make([]int32, rows)
-			for i, s := range b.Tokens[c[0]:c[1]] {
-				lengths[i] = int32(len(s))
-			}
-			loss, metrics, err = t.segmentedGrads(tok, lens, lengths, rows, width, vals, sums, rng, add)
+			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)
 		} else {
 			loss, metrics, err = t.wholeGrads(tok, lens, vals, sums, rng, add)
 		}

@@ -52,9 +52,36 @@ func headChunk(vocab, rows, positions int) int {
 	return min(c, (positions+15)/16*16)
 }
 
+// headChunks lays positions 0 … np-1 of rows rows out as chunks of chunk positions each,
+// the last padded with zeros.
+type headChunks struct{ rows, np, chunk int }
+
+// span is the positions chunk ci holds.
+func (h headChunks) span(ci int) (lo, hi int) { return ci * h.chunk, min((ci+1)*h.chunk, h.np) }
+
+// chunkOf copies chunk ci of all — rows of rowLen positions (rowLen ≥ np), per values a
+// position — into a new [rows, chunk, per] slice.
+func chunkOf[T float32 | int32](h headChunks, all []T, ci, per, rowLen int) []T {
+	out := make([]T, h.rows*h.chunk*per)
+	lo, hi := h.span(ci)
+	for r := range h.rows {
+		copy(out[r*h.chunk*per:(r*h.chunk+hi-lo)*per], all[(r*rowLen+lo)*per:])
+	}
+	return out
+}
+
+// putChunk is chunkOf's inverse: it copies the real positions of chunk ci, part
+// [rows, chunk, per], into all.
+func putChunk(h headChunks, all, part []float32, ci, per, rowLen int) {
+	lo, hi := h.span(ci)
+	for r := range h.rows {
+		copy(all[(r*rowLen+lo)*per:(r*rowLen+hi)*per], part[r*h.chunk*per:])
+	}
+}
+
 // segmented reports whether a training call of width positions goes segment by segment: on
-// the go backend, where even one row's whole graph exceeds the call budget (CallMemory; or, in tests, from
-// segmentFrom positions on). It depends on the width alone, so a run takes each width's
+// the go backend, where even one row's whole graph exceeds the call budget (CallMemory; or,
+// in tests, from segmentFrom positions on). It depends on the width alone, so a run takes each width's
 // gradients the same way on every machine, and a resumed run as the uninterrupted one did.
 func (p *PretrainedPolicy) segmented(width int) bool {
 	if p.segmentFrom > 0 {
@@ -69,25 +96,21 @@ type segExecs struct {
 	// layerTrain are the indices, among a layer's variables (hfgraph.LayerVariables), of the
 	// trainable ones, the same in every layer; headTrain, among HeadVariables.
 	layerTrain, headTrain []int
+	// index maps each trainable variable's path to its index in trainVars.
+	index map[string]int
 }
 
-// trainIndex maps each trainable variable's path to its index in trainVars.
-func (t *pretrainedTrainer) trainIndex() map[string]int {
-	idx := map[string]int{}
-	for i, v := range t.p.trainVars() {
-		idx[v.Path()] = i
-	}
-	return idx
-}
-
-// segExecs builds the segment graphs.
+// segGraphs builds the segment graphs.
 func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 	if t.seg != nil {
 		return t.seg, nil
 	}
 	p := t.p
-	idx := t.trainIndex()
-	s := &segExecs{}
+	idx := map[string]int{}
+	for i, v := range p.trainVars() {
+		idx[v.Path()] = i
+	}
+	s := &segExecs{index: idx}
 	for i, v := range p.graph.LayerVariables(0) {
 		if _, ok := idx[v.Path()]; ok {
 			s.layerTrain = append(s.layerTrain, i)
@@ -141,7 +164,6 @@ func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 		// loss, metrics, dlogp, dentropy
 		{&s.loss, func(_ *model.Scope, in []*graph.Node) []*graph.Node {
 			tl := in[3].Shape().Dimensions[1] + 1 // the values' width: one more than the statistics'
-
 			li := LossInputs{LogProbs: in[0], Entropy: in[1], Top1: in[2], Valid: in[3],
 				Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
 			for i, name := range t.values {
@@ -186,7 +208,7 @@ func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 // whole-batch sums, rng the micro-batch's dropout state (nil without dropout). It returns the
 // loss, the metrics (t.metrics order) and adds each trainable variable's gradient into grads
 // (trainVars order).
-func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []int32, rows, width int, vals []*tensors.Tensor, sums []float32, rng *tensors.Tensor, add func(i int, g []float32)) (loss float64, metrics []float64, err error) {
+func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, rows, width int, vals []*tensors.Tensor, sums []float32, rng *tensors.Tensor, add func(i int, g []float32)) (loss float64, metrics []float64, err error) {
 	p := t.p
 	s, err := t.segGraphs()
 	if err != nil {
@@ -194,7 +216,7 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 	}
 	cfg := p.cfg
 	nl, hid := cfg.NumHiddenLayers, cfg.HiddenSize
-	idx := t.trainIndex()
+	idx := s.index
 	var garbage []*tensors.Tensor
 	defer func() {
 		for _, g := range garbage {
@@ -250,62 +272,47 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 		}
 	}
 
-	// 2. The head's statistics, chunk by chunk, over positions 0 … width-2.
+	// 2. The head's statistics, chunk by chunk, over positions 0 … width-2: position j's
+	// target is token j+1, real where j+1 < the row's length.
 	np := width - 1
-	chunk := headChunk(cfg.VocabSize, rows, np)
+	h := headChunks{rows: rows, np: np, chunk: headChunk(cfg.VocabSize, rows, np)}
 	top := tensors.MustCopyFlatData[float32](xs[nl]) // [rows, width, hid]
 	_ = xs[nl].FinalizeAll()                         // only the host copy is read from here on
-	toks := tensors.MustCopyFlatData[int32](tok)
+	toks, lengths := tensors.MustCopyFlatData[int32](tok), tensors.MustCopyFlatData[int32](lens)
+	targets, valid := make([]int32, rows*np), make([]float32, rows*np)
+	for r := range rows {
+		for j := range np {
+			if int32(j+1) < lengths[r] {
+				targets[r*np+j], valid[r*np+j] = toks[r*width+j+1], 1
+			}
+		}
+	}
 	type headIn struct{ x, tgt, valid *tensors.Tensor }
-	var chunks []headIn
-	for c0 := 0; c0 < np; c0 += chunk {
-		x := make([]float32, rows*chunk*hid)
-		tgt := make([]int32, rows*chunk)
-		valid := make([]float32, rows*chunk)
-		for r := range rows {
-			for j := c0; j < min(c0+chunk, np); j++ {
-				copy(x[(r*chunk+j-c0)*hid:(r*chunk+j-c0+1)*hid], top[(r*width+j)*hid:])
-				if int32(j+1) < lengths[r] {
-					tgt[r*chunk+j-c0], valid[r*chunk+j-c0] = toks[r*width+j+1], 1
-				}
-			}
-		}
-		chunks = append(chunks, headIn{tensors.FromFlatDataAndDimensions(x, rows, chunk, hid),
-			tensors.FromFlatDataAndDimensions(tgt, rows, chunk), tensors.FromFlatDataAndDimensions(valid, rows, chunk)})
+	chunks := make([]headIn, (np+h.chunk-1)/h.chunk)
+	stats := make([][]float32, 3) // logp, entropy, top1: [rows, np] each
+	for k := range stats {
+		stats[k] = make([]float32, rows*np)
 	}
-	// gather copies chunk outputs k of every chunk into one [rows, np] array.
-	gather := func(outs [][]*tensors.Tensor, k int) *tensors.Tensor {
-		all := make([]float32, rows*np)
-		for ci, o := range outs {
-			vals := tensors.MustCopyFlatData[float32](o[k])
-			for r := range rows {
-				for j := ci * chunk; j < min((ci+1)*chunk, np); j++ {
-					all[r*np+j] = vals[r*chunk+j-ci*chunk]
-				}
-			}
-		}
-		return tensors.FromFlatDataAndDimensions(all, rows, np)
-	}
-	var stats [][]*tensors.Tensor
-	for _, c := range chunks {
+	for ci := range chunks {
+		c := headIn{tensors.FromFlatDataAndDimensions(chunkOf(h, top, ci, hid, width), rows, h.chunk, hid),
+			tensors.FromFlatDataAndDimensions(chunkOf(h, targets, ci, 1, np), rows, h.chunk),
+			tensors.FromFlatDataAndDimensions(chunkOf(h, valid, ci, 1, np), rows, h.chunk)}
+		chunks[ci] = c
 		out, err := run("head", s.stats, c.x, c.tgt, c.valid)
 		if err != nil {
 			return 0, nil, err
 		}
-		stats = append(stats, out)
-		garbage = append(garbage, out...)
-	}
-	validAll := make([]float32, rows*np)
-	for r := range rows {
-		for j := range np {
-			if int32(j+1) < lengths[r] {
-				validAll[r*np+j] = 1
-			}
+		for k, o := range out {
+			putChunk(h, stats[k], tensors.MustCopyFlatData[float32](o), ci, 1, np)
+			_ = o.FinalizeAll()
 		}
 	}
 
 	// 3. The loss and its gradient with respect to the statistics.
-	args := []any{gather(stats, 0), gather(stats, 1), gather(stats, 2), tensors.FromFlatDataAndDimensions(validAll, rows, np)}
+	args := []any{}
+	for _, st := range append(stats, valid) {
+		args = append(args, tensors.FromFlatDataAndDimensions(st, rows, np))
+	}
 	for _, v := range vals {
 		args = append(args, v)
 	}
@@ -329,24 +336,13 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, lengths []
 	hv := p.graph.HeadVariables()
 	for ci, c := range chunks {
 		split := func(all []float32) *tensors.Tensor {
-			part := make([]float32, rows*chunk)
-			for r := range rows {
-				for j := ci * chunk; j < min((ci+1)*chunk, np); j++ {
-					part[r*chunk+j-ci*chunk] = all[r*np+j]
-				}
-			}
-			return tensors.FromFlatDataAndDimensions(part, rows, chunk)
+			return tensors.FromFlatDataAndDimensions(chunkOf(h, all, ci, 1, np), rows, h.chunk)
 		}
 		out, err := run("head backward", s.headBack, c.x, c.tgt, c.valid, split(dlogp), split(dent))
 		if err != nil {
 			return 0, nil, err
 		}
-		dx := tensors.MustCopyFlatData[float32](out[0])
-		for r := range rows {
-			for j := ci * chunk; j < min((ci+1)*chunk, np); j++ {
-				copy(dtop[(r*width+j)*hid:(r*width+j+1)*hid], dx[(r*chunk+j-ci*chunk)*hid:])
-			}
-		}
+		putChunk(h, dtop, tensors.MustCopyFlatData[float32](out[0]), ci, hid, width)
 		for k, i := range s.headTrain {
 			add(idx[hv[i].Path()], tensors.MustCopyFlatData[float32](out[1+k]))
 		}
