@@ -655,16 +655,18 @@ func (p *PretrainedPolicy) checkSeqs(seqs [][]int32) error {
 	return checkTokenSeqs(seqs, p.cfg.VocabSize, p.cfg.MaxPositionEmbeddings)
 }
 
-// goCallBudget is the default bound (agrl.PretrainedLM.CallMemory) on the memory of one graph
-// call of scoring or training on the go backend, as callRowBytes estimates it: a micro-batch takes fewer than MicroBatch
-// sequences when that many of its width would need more (never fewer than one), and a
-// training call whose one sequence would need more goes segment by segment (segmented). On the go
-// backend the graph's tensors are the machine's memory, and the process's peak is about twice
-// the live data with Go's default GOGC; with 4 GiB a call, a GRPO run at the SmolLM2-135M
-// shape whose episodes are 1,004 tokens long peaked at 12.5 GB, where its 8 episodes in one
-// call were killed at 24 GB (docs/llm.md, "Micro-batches sized by memory"). It is a constant, not a fraction of the machine's memory, so a run
-// splits its batches the same way — and sums its gradients in the same order — on every
-// machine. Other backends keep MicroBatch: their memory is the device's, sized by the user.
+// goCallBudget is the default bound (agrl.PretrainedLM.CallMemory) on the memory of one
+// graph call of scoring or training on the go backend, as callRowBytes estimates it: a
+// micro-batch takes fewer than MicroBatch sequences when that many of its width would need
+// more (never fewer than one), and a training call whose one sequence would need more goes
+// segment by segment (segmented). On the go backend the graph's tensors are the machine's
+// memory, and the process's peak is about twice the live data with Go's default GOGC; with
+// 4 GiB a call, a GRPO run at the SmolLM2-135M shape whose episodes are 1,004 tokens long
+// peaked at 12.5 GB with whole graphs (4.1 GB segmented), where its 8 episodes in one call
+// were killed at 24 GB (docs/llm.md, "Micro-batches sized by memory"). It is a setting, not a
+// fraction of the machine's memory, so a run splits its batches the same way — and sums its
+// gradients in the same order — on every machine. Other backends keep MicroBatch: their
+// memory is the device's, sized by the user.
 const goCallBudget = agrl.DefaultCallMemoryGiB << 30
 
 // callBudget is the memory one graph call may take on the go backend: the spec's CallMemory
@@ -674,14 +676,6 @@ func (p *PretrainedPolicy) callBudget() float64 {
 		return p.spec.CallMemoryGiB * (1 << 30)
 	}
 	return goCallBudget
-}
-
-// callMemoryRecord is the CallMemory a checkpoint records: 0 for the default.
-func callMemoryRecord(gib float64) float64 {
-	if gib == agrl.DefaultCallMemoryGiB {
-		return 0
-	}
-	return gib
 }
 
 // callRowBytes estimates the memory one sequence padded to width positions takes in the
@@ -1178,7 +1172,8 @@ type pretrainedJSON struct {
 	Dropout    float64 `json:"lora_dropout"`
 	System     string  `json:"system,omitempty"`
 	MicroBatch int     `json:"micro_batch"`
-	// CallMemoryGiB is agrl.PretrainedLM.CallMemory where it is not the default.
+	// CallMemoryGiB is agrl.PretrainedLM.CallMemory (absent from checkpoints written before
+	// the setting: the default).
 	CallMemoryGiB float64 `json:"call_memory_gib,omitempty"`
 	// Targets are the adapted modules, in llm.LoRAModules order.
 	Targets []string `json:"lora_targets"`
@@ -1215,7 +1210,7 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	}
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.model, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
-		CallMemoryGiB: callMemoryRecord(p.spec.CallMemoryGiB),
+		CallMemoryGiB: p.spec.CallMemoryGiB,
 		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
 	if p.spec.Compute == "bfloat16" {
 		meta.Compute = p.spec.Compute

@@ -62,11 +62,16 @@ func (m *Model) graphWeights(g *graph.Graph) *weights {
 	// the whole table; a tied head converts it for its product.
 	w := m.newWeights()
 	w.embed = m.variable(m.basePath("model.embed_tokens.weight")).NodeValue(g)
-	w.norm, w.head = m.headWeights(func(path string) *graph.Node { return m.variable(path).NodeValue(g) })
+	w.norm, w.head = m.headWeights(m.storeNodes(g))
 	for l := range c.NumHiddenLayers {
-		w.layers = append(w.layers, m.layerWeights(l, func(path string) *graph.Node { return m.variable(path).NodeValue(g) }))
+		w.layers = append(w.layers, m.layerWeights(l, m.storeNodes(g)))
 	}
 	return w
+}
+
+// storeNodes gives the store variable of a path as a node of graph g.
+func (m *Model) storeNodes(g *graph.Graph) func(path string) *graph.Node {
+	return func(path string) *graph.Node { return m.variable(path).NodeValue(g) }
 }
 
 // newWeights returns weights with no nodes yet: LoRA's scale and, on a Dropout view, its RNG

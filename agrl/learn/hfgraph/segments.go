@@ -23,18 +23,15 @@ func (m *Model) LayerVariables(l int) []*model.Variable {
 	if l < 0 || l >= m.cfg.NumHiddenLayers {
 		panic(fmt.Errorf("hfgraph: layer %d of %d", l, m.cfg.NumHiddenLayers))
 	}
-	paths := m.layerPaths(l)
-	vs := make([]*model.Variable, len(paths))
-	for i, p := range paths {
-		vs[i] = m.variable(p)
-	}
-	return vs
+	return m.variables(m.layerPaths(l))
 }
 
 // HeadVariables returns the variables HeadStats reads: the final norm and the LM head's
 // matrix (embed_tokens' where the embeddings are tied).
-func (m *Model) HeadVariables() []*model.Variable {
-	paths := m.headPaths()
+func (m *Model) HeadVariables() []*model.Variable { return m.variables(m.headPaths()) }
+
+// variables returns the variables of paths, in order.
+func (m *Model) variables(paths []string) []*model.Variable {
 	vs := make([]*model.Variable, len(paths))
 	for i, p := range paths {
 		vs[i] = m.variable(p)
@@ -93,6 +90,6 @@ func (m *Model) HeadStats(x, targets, valid, invT *graph.Node) (logp, entropy, t
 			m.cfg.HiddenSize, xs, ts, vs))
 	}
 	w := m.newWeights()
-	w.norm, w.head = m.headWeights(func(path string) *graph.Node { return m.variable(path).NodeValue(x.Graph()) })
+	w.norm, w.head = m.headWeights(m.storeNodes(x.Graph()))
 	return m.headStats(w, x, targets, valid, invT, true)
 }
