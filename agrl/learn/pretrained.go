@@ -723,15 +723,15 @@ func (p *PretrainedPolicy) chunks(seqs [][]int32) [][2]int {
 	return out
 }
 
-// pad lays seqs out as a micro-batch: callRows(width) rows (empty rows have length 0) of a
-// padLenBuckets width, so that graphs compile for a few shapes only.
+// pad lays seqs out as a micro-batch of a padLenBuckets width, so that graphs compile for a
+// few shapes only (empty rows have length 0): padRows(len(seqs), width) rows.
 func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor, rows, width int, err error) {
 	longest := 0
 	for _, s := range seqs {
 		longest = max(longest, len(s))
 	}
 	width = padLen(longest, p.cfg.MaxPositionEmbeddings)
-	rows = p.callRows(width)
+	rows = p.padRows(len(seqs), width)
 	if len(seqs) > rows {
 		return nil, nil, 0, 0, fmt.Errorf("agrl: a micro-batch of %d sequences of width %d, more than the %d rows a call takes", len(seqs), width, rows)
 	}
@@ -744,8 +744,33 @@ func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor,
 	return tokens, lengths, rows, width, err
 }
 
+// padRows is how many rows a call of n sequences of width positions computes: callRows(width)
+// on other backends, whose graphs are compiled for the device at a cost; on the go backend,
+// where a new shape costs little, n rounded up to a power of two, at most callRows(width). A
+// batch's last, smaller micro-batch then computes at most as many padding rows as it has
+// sequences, less one (a sequence alone, none), where callRows would fill it — up to 7 of 8
+// rows of padding at MicroBatch 8. Each width compiles at most ⌊log₂ MicroBatch⌋ + 2 shapes.
+// Padding rows change no result beyond rounding (TestPadRowsSameStep).
+func (p *PretrainedPolicy) padRows(n, width int) int {
+	rows := p.callRows(width)
+	if p.goBackend {
+		rows = min(rows, bucketBatch(n))
+	}
+	return rows
+}
+
+// pretrainedExecCache is the number of compiled shapes each of the pretrained policy's
+// executors keeps: scoring and training compile up to 37 widths (padLenBuckets) × padRows'
+// row counts (4 at MicroBatch 8, 8 at 64).
+const pretrainedExecCache = 512
+
 func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
-	return newExecOn(p.backend, p.store, name, fn)
+	e, err := newExecOn(p.backend, p.store, name, fn)
+	if err != nil {
+		return nil, err
+	}
+	e.SetMaxCache(pretrainedExecCache)
+	return e, nil
 }
 
 // hostOf gives score a view's host sampler that is fixed (not made on demand, as the

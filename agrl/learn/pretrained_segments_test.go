@@ -42,12 +42,13 @@ func segTestLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 // computes the whole graph's loss, metrics and gradients — on every family, with LoRA (with
 // dropout: each layer draws the masks the whole graph draws; over bfloat16 base weights) and
 // with full fine-tuning (the head's, the norms' and the embedding's gradients, tied or not),
-// over four micro-batches (the last with a padding row) of two or three head chunks each,
-// for two steps (the second from the first's update). Each variable's gradients are compared
-// with that variable's largest.
+// over two micro-batches of three head chunks each (the first with a sequence that fills its
+// padded width, the second, of three sequences, with a padding row), for two steps (the
+// second from the first's update). Each variable's gradients are compared with that
+// variable's largest.
 func TestSegmentedStep(t *testing.T) {
 	defer func(b int) { headChunkBytes = b }(headChunkBytes)
-	headChunkBytes = 6 * 4 * 320 * 2 * 20 // 16 positions a chunk for 2 rows: 2 or 3 chunks a call
+	headChunkBytes = 6 * 4 * 320 * 4 * 20 // 16 positions a chunk for 4 rows: 3 chunks a call
 	cases := []struct {
 		name    string
 		family  hf.Family
@@ -64,7 +65,7 @@ func TestSegmentedStep(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := tinyFamily(t, c.family)
-			spec := agrl.Pretrained(dir).MicroBatch(2).Weights(c.weights)
+			spec := agrl.Pretrained(dir).MicroBatch(4).Weights(c.weights)
 			if c.full {
 				spec = spec.Full()
 			} else {
@@ -96,7 +97,7 @@ func TestSegmentedStep(t *testing.T) {
 				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
 				runs[i] = r
 			}
-			batch := segTestBatch(320, 11, 45, 3, 30, 2, 38, 20)
+			batch := segTestBatch(320, 11, 48, 3, 30, 2, 38, 20) // widths 48 and 40
 			for step := range 2 {
 				for _, r := range runs {
 					st, err := r.tr.Step(batch)

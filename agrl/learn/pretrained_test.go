@@ -598,11 +598,97 @@ func TestCallRows(t *testing.T) {
 	if got := p.chunks(seqs); !slices.Equal(got, want) {
 		t.Errorf("chunks %v, want %v", got, want)
 	}
+	// A call computes as many rows as it has sequences, rounded up to a power of two, at most
+	// callRows: the chunks above compute 4 (3 sequences), 1, 1, 2, 8 and 1 rows.
+	for _, c := range []struct{ n, width, rows int }{{3, 64, 4}, {1, 320, 1}, {2, 320, 2}, {3, 320, 3}, {1, 640, 1}, {2, 512, 2}, {8, 64, 8}, {1, 64, 1}, {5, 64, 8}, {2, 256, 2}, {3, 256, 4}} {
+		if got := p.padRows(c.n, c.width); got != c.rows {
+			t.Errorf("%d sequences of width %d: %d rows, want %d", c.n, c.width, got, c.rows)
+		}
+	}
 	p.goBackend = false
+	if got := p.padRows(1, 64); got != 8 {
+		t.Errorf("another backend: 1 sequence padded to %d rows, want MicroBatch (8)", got)
+	}
 	if got := p.callRows(2048); got != 8 || p.segmented(2048) {
 		t.Errorf("another backend: %d rows at width 2048 (want MicroBatch), segmented %v", got, p.segmented(2048))
 	}
 	if got := p.chunks(seqs); !slices.Equal(got, [][2]int{{0, 8}, {8, 16}}) {
 		t.Errorf("another backend: chunks %v", got)
+	}
+}
+
+// TestPadRowsSameStep: how a batch is cut into calls and how many padding rows each call
+// computes changes nothing but rounding. Three sequences trained in one call of 4 rows
+// (MicroBatch 8: the sequences rounded up to a power of two), one of 3 (MicroBatch 3) and
+// three calls of one row (MicroBatch 1) give the same loss, metrics and gradients, for two
+// steps, with LoRA and with full fine-tuning.
+func TestPadRowsSameStep(t *testing.T) {
+	for _, full := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lora", true: "full"}[full], func(t *testing.T) {
+			dir := tinyFamily(t, hf.Qwen3)
+			type run struct {
+				tr    *pretrainedTrainer
+				grads [][][]float32
+				stats []agrl.StepStats
+			}
+			var runs []*run
+			for _, micro := range []int{8, 3, 1} {
+				spec := agrl.Pretrained(dir).MicroBatch(micro)
+				if full {
+					spec = spec.Full()
+				} else {
+					spec = spec.LoRA(4, 8)
+				}
+				p, err := LoadPretrained(spec, 5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !full {
+					withRandomAdapters(t, p)
+				}
+				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := &run{tr: l.(*pretrainedTrainer)}
+				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
+				runs = append(runs, r)
+			}
+			batch := segTestBatch(320, 30, 45, 12)
+			if got := runs[0].tr.p.padRows(3, 48); got != 4 {
+				t.Fatalf("MicroBatch 8: 3 sequences in %d rows, want 4", got)
+			}
+			for step := range 2 {
+				for _, r := range runs {
+					st, err := r.tr.Step(batch)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.stats = append(r.stats, st)
+				}
+				for k, r := range runs[1:] {
+					a, b := runs[0].stats[step], r.stats[step]
+					near := func(what string, x, y float64) {
+						if math.Abs(x-y) > 1e-5*(1+math.Abs(x)) || bad(x) || bad(y) {
+							t.Errorf("step %d %s: one call %v, MicroBatch %d %v", step+1, what, x, []int{3, 1}[k], y)
+						}
+					}
+					near("loss", a.Loss, b.Loss)
+					for m, v := range a.Metrics {
+						near(m, v, b.Metrics[m])
+					}
+					for i, g := range runs[0].grads[step] {
+						var scale, worst float64
+						for j, x := range g {
+							scale = max(scale, math.Abs(float64(x)))
+							worst = max(worst, math.Abs(float64(x-r.grads[step][i][j])))
+						}
+						if worst > 1e-4*scale || bad(scale) {
+							t.Errorf("step %d variable %d: gradients differ by %.3g (largest %.3g) with MicroBatch %d", step+1, i, worst, scale, []int{3, 1}[k])
+						}
+					}
+				}
+			}
+		})
 	}
 }
