@@ -18,7 +18,9 @@ import (
 // TestLongStepMemory measures one LoRA training step (rank 16, every projection, the GRPO
 // loss) on one sequence of random tokens per width, when AGRL_BENCH_LONG names a shape
 // (llm.ShapeNames); it is skipped otherwise. AGRL_BENCH_WIDTHS lists the widths
-// (default 512,1024,2048); AGRL_BENCH_SEGMENTED=1 takes every step segment by segment, =0
+// (default 512,1024,2048), or AGRL_BENCH_BATCH the lengths of one batch's sequences
+// (mixed lengths, trained as one step: its micro-batches as the policy cuts them);
+// AGRL_BENCH_SEGMENTED=1 takes every step segment by segment, =0
 // every step through the whole graph (default: as the policy decides, segmented). For each
 // width it prints one JSON line: tokens/s (the faster of two steps after a warm-up step that
 // compiles the graphs) and the peak resident memory above the loaded model (VmHWM after the
@@ -26,16 +28,25 @@ import (
 // run it with GOGC=25 so the peak follows the live data). Linux only.
 func TestLongStepMemory(t *testing.T) {
 	shape, cfg, dir := benchShape(t, "AGRL_BENCH_LONG")
-	widths := []int{512, 1024, 2048}
-	if s := os.Getenv("AGRL_BENCH_WIDTHS"); s != "" {
-		widths = nil
-		for _, f := range strings.Split(s, ",") {
-			w, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || w < 2 {
-				t.Fatalf("AGRL_BENCH_WIDTHS: %q", s)
+	ints := func(name string) []int {
+		var out []int
+		if s := os.Getenv(name); s != "" {
+			for _, f := range strings.Split(s, ",") {
+				w, err := strconv.Atoi(strings.TrimSpace(f))
+				if err != nil || w < 2 {
+					t.Fatalf("%s: %q", name, s)
+				}
+				out = append(out, w)
 			}
-			widths = append(widths, w)
 		}
+		return out
+	}
+	widths, lengths := ints("AGRL_BENCH_WIDTHS"), ints("AGRL_BENCH_BATCH")
+	if widths == nil {
+		widths = []int{512, 1024, 2048}
+	}
+	if lengths != nil {
+		widths = []int{0} // one batch, of those lengths
 	}
 	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
 	if err != nil {
@@ -54,7 +65,23 @@ func TestLongStepMemory(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, w := range widths {
-		b := benchGRPOBatch(rng, cfg.VocabSize, 1, w)
+		var b TrainBatch
+		tokens := 0
+		seqs := []int{w}
+		if lengths != nil {
+			seqs = lengths
+		}
+		for _, n := range seqs {
+			one := benchGRPOBatch(rng, cfg.VocabSize, 1, n)
+			b.Tokens = append(b.Tokens, one.Tokens...)
+			if b.Values == nil {
+				b.Values = map[string][][]float32{}
+			}
+			for k, v := range one.Values {
+				b.Values[k] = append(b.Values[k], v...)
+			}
+			tokens += n - 1
+		}
 		runtime.GC()
 		debug.FreeOSMemory()
 		base := procStatus(t, "VmRSS")
@@ -68,12 +95,17 @@ func TestLongStepMemory(t *testing.T) {
 				t.Fatal(err)
 			}
 			if i > 0 {
-				best = max(best, float64(w-1)/st.Seconds)
+				best = max(best, float64(tokens)/st.Seconds)
 			}
 		}
 		peak := procStatus(t, "VmHWM")
-		rec := map[string]any{"shape": shape, "width": w, "segmented": p.segmented(w), "train_tokens_per_s": round1(best),
+		rec := map[string]any{"shape": shape, "train_tokens_per_s": round1(best),
 			"peak_above_model_gb": float64(int((peak-base)/1e7+0.5)) / 100}
+		if lengths != nil {
+			rec["lengths"] = lengths
+		} else {
+			rec["width"], rec["segmented"] = w, p.segmented(w)
+		}
 		line, _ := json.Marshal(rec)
 		fmt.Println(string(line))
 	}

@@ -1056,6 +1056,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	}
 	var st agrl.StepStats
 	step := t.steps() + 1
+	b = byLength(b, t.values)
 	for ci, c := range p.chunks(b.Tokens) {
 		tok, lens, rows, width, err := p.pad(b.Tokens[c[0]:c[1]])
 		if err != nil {
@@ -1123,6 +1124,29 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		return st, fmt.Errorf("agrl: train step %d: grad norm %v", step, st.GradNorm)
 	}
 	return st, nil
+}
+
+// byLength is b's sequences (and names' values) shortest first, in their order where lengths
+// tie, so that micro-batches group sequences of like length and pad them to narrower widths:
+// a step's loss and gradients are sums over its sequences, which the order changes only by
+// rounding (TestPadRowsSameStep), and a batch always trains in the same order.
+func byLength(b TrainBatch, names []string) TrainBatch {
+	order := make([]int, len(b.Tokens))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return len(b.Tokens[i]) - len(b.Tokens[j]) })
+	out := TrainBatch{Tokens: make([][]int32, len(order)), Values: map[string][][]float32{}}
+	for _, name := range names {
+		out.Values[name] = make([][]float32, len(order))
+	}
+	for k, i := range order {
+		out.Tokens[k] = b.Tokens[i]
+		for _, name := range names {
+			out.Values[name][k] = b.Values[name][i]
+		}
+	}
+	return out
 }
 
 // wholeGrads is one micro-batch's gradient call through the whole graph (gradGraph): it

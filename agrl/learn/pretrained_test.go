@@ -621,7 +621,8 @@ func TestCallRows(t *testing.T) {
 // computes changes nothing but rounding. Three sequences trained in one call of 4 rows
 // (MicroBatch 8: the sequences rounded up to a power of two), one of 3 (MicroBatch 3) and
 // three calls of one row (MicroBatch 1) give the same loss, metrics and gradients, for two
-// steps, with LoRA and with full fine-tuning.
+// steps, with LoRA and with full fine-tuning. (Step orders a batch shortest first, byLength,
+// so the order a batch comes in changes nothing either.)
 func TestPadRowsSameStep(t *testing.T) {
 	for _, full := range []bool{false, true} {
 		t.Run(map[bool]string{false: "lora", true: "full"}[full], func(t *testing.T) {
@@ -690,5 +691,23 @@ func TestPadRowsSameStep(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// byLength orders a train batch shortest first, stable where lengths tie, every value row
+// moving with its sequence.
+func TestByLength(t *testing.T) {
+	b := TrainBatch{Tokens: [][]int32{{1, 2, 3}, {4}, {5, 6}, {7}, {8, 9, 10}}, Values: map[string][][]float32{
+		"adv":   {{0, 0, 0}, {1}, {2, 2}, {3}, {4, 4, 4}},
+		"other": {{9}}, // not a trained value: left out
+	}}
+	got := byLength(b, []string{"adv"})
+	want := [][]int32{{4}, {7}, {5, 6}, {1, 2, 3}, {8, 9, 10}}
+	wantAdv := [][]float32{{1}, {3}, {2, 2}, {0, 0, 0}, {4, 4, 4}}
+	if !reflect.DeepEqual(got.Tokens, want) || !reflect.DeepEqual(got.Values["adv"], wantAdv) || len(got.Values) != 1 {
+		t.Errorf("byLength: tokens %v, values %v", got.Tokens, got.Values)
+	}
+	if !reflect.DeepEqual(b.Tokens[0], []int32{1, 2, 3}) {
+		t.Error("byLength changed its input")
 	}
 }
