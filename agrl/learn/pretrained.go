@@ -225,7 +225,11 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 			if err != nil {
 				return nil, err
 			}
-			if err := pp.shareWeights(f.graph, pp.base); err != nil {
+			g, err := f.graphOf()
+			if err != nil {
+				return nil, err
+			}
+			if err := pp.shareWeights(g, pp.base); err != nil {
 				return nil, fmt.Errorf("agrl: %s: %w", s.Dir, err)
 			}
 		}

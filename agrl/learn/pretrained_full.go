@@ -21,25 +21,62 @@ import (
 // own host models for rollouts.
 
 // pretrainedFrozen is a frozen copy of a pretrained model's weights: the checkpoint's (view
-// "base") or the warm-started ones (view "reference").
+// "base") or the warm-started ones (view "reference"). Its host model (agent) always exists;
+// its graph — a second copy of the weights in the store, under /hf_<view> — only once
+// something needs it (graphOf): decoding or scoring on the backend. Where the policy scores
+// and decodes on the host (the go backend's defaults) the warm-started reference never has
+// one; the checkpoint's has one from the start on backends whose buffers are Go memory,
+// where its host model shares that memory (loadPretrained).
 type pretrainedFrozen struct {
 	p     *PretrainedPolicy
 	view  string
-	graph *hfgraph.Model
+	graph *hfgraph.Model // nil until graphOf makes it
 	agent *agent.Policy
 }
 
 func (f *pretrainedFrozen) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
-	return f.p.sampler(f.agent, f.graph, "frozen "+f.view).Rollout(env, tasks, opt)
+	var g *hfgraph.Model
+	if f.p.graphDecoding {
+		var err error
+		if g, err = f.graphOf(); err != nil {
+			return nil, agrl.RolloutStats{}, err
+		}
+	}
+	return f.p.sampler(f.agent, g, "frozen "+f.view).Rollout(env, tasks, opt)
 }
 func (f *pretrainedFrozen) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return f.p.score(seqs, temperature, f.view, f.graph, hostOf(f.agent))
+	var g *hfgraph.Model
+	if !f.p.hostScoring() {
+		var err error
+		if g, err = f.graphOf(); err != nil {
+			return nil, err
+		}
+	}
+	return f.p.score(seqs, temperature, f.view, g, hostOf(f.agent))
 }
 func (f *pretrainedFrozen) BackendConfig() string      { return f.p.backendConfig }
 func (f *pretrainedFrozen) Checkpoint() CheckpointInfo { return CheckpointInfo{} }
 
-// frozenModel returns the frozen copy named view, making it from host's weights on first use
-// (a second copy of the weights in the store, under /hf_<view>).
+// graphOf is f's graph, made from its host model's weights on first use.
+func (f *pretrainedFrozen) graphOf() (*hfgraph.Model, error) {
+	f.p.mu.Lock()
+	defer f.p.mu.Unlock()
+	if f.graph != nil {
+		return f.graph, nil
+	}
+	g, err := hfgraph.FromLLM(f.p.store, pretrainedScope+"_"+f.view, f.agent.Model())
+	if err != nil {
+		return nil, fmt.Errorf("agrl: the frozen %s model: %w", f.view, err)
+	}
+	if err := g.SetCompute(f.p.computeDType()); err != nil {
+		return nil, err
+	}
+	f.graph = g
+	return g, nil
+}
+
+// frozenModel returns the frozen copy named view, making its host model from host's weights
+// on first use (its graph waits for graphOf).
 func (p *PretrainedPolicy) frozenModel(view string, host func() (*llm.Model, error)) (*pretrainedFrozen, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -50,18 +87,11 @@ func (p *PretrainedPolicy) frozenModel(view string, host func() (*llm.Model, err
 	if err != nil {
 		return nil, err
 	}
-	g, err := hfgraph.FromLLM(p.store, pretrainedScope+"_"+view, m)
-	if err != nil {
-		return nil, fmt.Errorf("agrl: the frozen %s model: %w", view, err)
-	}
-	if err := g.SetCompute(p.computeDType()); err != nil {
-		return nil, err
-	}
 	ag, err := p.agent.WithModel(m)
 	if err != nil {
 		return nil, err
 	}
-	f := &pretrainedFrozen{p: p, view: view, graph: g, agent: ag}
+	f := &pretrainedFrozen{p: p, view: view, agent: ag}
 	p.frozen[view] = f
 	return f, nil
 }

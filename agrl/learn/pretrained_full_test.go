@@ -272,3 +272,52 @@ func TestPretrainedFullValidation(t *testing.T) {
 		t.Error("Spec().Full not set")
 	}
 }
+
+// A frozen copy's graph (a second copy of its weights in the store) is made only when
+// something decodes or scores on the backend: with the go backend's host scoring, the
+// warm-started reference of full fine-tuning holds no store variables; scoring it through the
+// graph makes them, and gives the host's scores.
+func TestFrozenGraphOnDemand(t *testing.T) {
+	p, err := LoadPretrained(agrl.Pretrained(tinyFamily(t, hf.Qwen3)).Full(), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.hostScoring() {
+		t.Fatal("the go backend's default is not host scoring")
+	}
+	f, err := p.frozenModel("reference", func() (*llm.Model, error) { return p.base, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	inScope := func() (n int64) {
+		for v := range p.store.IterVariables() {
+			if strings.HasPrefix(v.Path(), pretrainedScope+"_reference/") {
+				n += int64(v.Shape().Size())
+			}
+		}
+		return n
+	}
+	seqs := [][]int32{{1, 5, 9, 200, 7}, {3, 4, 5}}
+	host, err := f.Score(seqs, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := inScope(); n != 0 || f.graph != nil {
+		t.Fatalf("host scoring made the reference's graph (%d values in the store)", n)
+	}
+	p.graphScoring = true
+	onGraph, err := f.Score(seqs, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := inScope(); n != int64(p.cfg.NumParams()) {
+		t.Errorf("graph scoring: %d values under the reference's scope, want the model's %d", n, p.cfg.NumParams())
+	}
+	for i := range seqs {
+		for j, lp := range host[i].LogProbs {
+			if d := math.Abs(float64(lp - onGraph[i].LogProbs[j])); d > 1e-4 {
+				t.Errorf("sequence %d token %d: host log-prob %v, graph %v", i, j, lp, onGraph[i].LogProbs[j])
+			}
+		}
+	}
+}
