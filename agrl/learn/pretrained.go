@@ -831,8 +831,14 @@ func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view strin
 	}
 	invT := invTemperature(temperature)
 	out := make([]TokenScores, len(seqs))
-	for _, c := range p.chunks(seqs) {
-		tok, lens, _, width, err := p.pad(seqs[c[0]:c[1]])
+	// Shortest first, as a training step (byLength): like lengths share a call's width.
+	order := shortestFirst(seqs)
+	sorted := make([][]int32, len(seqs))
+	for k, i := range order {
+		sorted[k] = seqs[i]
+	}
+	for _, c := range p.chunks(sorted) {
+		tok, lens, _, width, err := p.pad(sorted[c[0]:c[1]])
 		if err != nil {
 			return nil, err
 		}
@@ -841,9 +847,9 @@ func (p *PretrainedPolicy) score(seqs [][]int32, temperature float64, view strin
 			return nil, fmt.Errorf("agrl: Score: %w", err)
 		}
 		logp, ent := tensors.MustCopyFlatData[float32](res[0]), tensors.MustCopyFlatData[float32](res[1])
-		for i := c[0]; i < c[1]; i++ {
-			r, n := (i-c[0])*(width-1), len(seqs[i])-1
-			out[i] = TokenScores{LogProbs: slices.Clone(logp[r : r+n]), Entropy: slices.Clone(ent[r : r+n])}
+		for k := c[0]; k < c[1]; k++ {
+			r, n := (k-c[0])*(width-1), len(sorted[k])-1
+			out[order[k]] = TokenScores{LogProbs: slices.Clone(logp[r : r+n]), Entropy: slices.Clone(ent[r : r+n])}
 		}
 		for _, r := range res {
 			_ = r.FinalizeAll()
@@ -1135,11 +1141,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 // a step's loss and gradients are sums over its sequences, which the order changes only by
 // rounding (TestPadRowsSameStep), and a batch always trains in the same order.
 func byLength(b TrainBatch, names []string) TrainBatch {
-	order := make([]int, len(b.Tokens))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(i, j int) int { return len(b.Tokens[i]) - len(b.Tokens[j]) })
+	order := shortestFirst(b.Tokens)
 	out := TrainBatch{Tokens: make([][]int32, len(order)), Values: map[string][][]float32{}}
 	for _, name := range names {
 		out.Values[name] = make([][]float32, len(order))
@@ -1151,6 +1153,17 @@ func byLength(b TrainBatch, names []string) TrainBatch {
 		}
 	}
 	return out
+}
+
+// shortestFirst is the indices of seqs ordered by length, shortest first, in their order
+// where lengths tie.
+func shortestFirst(seqs [][]int32) []int {
+	order := make([]int, len(seqs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return len(seqs[i]) - len(seqs[j]) })
+	return order
 }
 
 // wholeGrads is one micro-batch's gradient call through the whole graph (gradGraph): it

@@ -276,7 +276,8 @@ func TestPretrainedFullValidation(t *testing.T) {
 // A frozen copy's graph (a second copy of its weights in the store) is made only when
 // something decodes or scores on the backend: with the go backend's host scoring, the
 // warm-started reference of full fine-tuning holds no store variables; scoring it through the
-// graph makes them, and gives the host's scores.
+// graph makes them, and gives the host's scores (each sequence's own, though the graph scores
+// them shortest first).
 func TestFrozenGraphOnDemand(t *testing.T) {
 	p, err := LoadPretrained(agrl.Pretrained(tinyFamily(t, hf.Qwen3)).Full(), 5)
 	if err != nil {
@@ -297,7 +298,7 @@ func TestFrozenGraphOnDemand(t *testing.T) {
 		}
 		return n
 	}
-	seqs := [][]int32{{1, 5, 9, 200, 7}, {3, 4, 5}}
+	seqs := [][]int32{{1, 5, 9, 200, 7}, {3, 4, 5}, {8, 8, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45}, {2, 6}} // scored shortest first
 	host, err := f.Score(seqs, 0.8)
 	if err != nil {
 		t.Fatal(err)
@@ -314,6 +315,9 @@ func TestFrozenGraphOnDemand(t *testing.T) {
 		t.Errorf("graph scoring: %d values under the reference's scope, want the model's %d", n, p.cfg.NumParams())
 	}
 	for i := range seqs {
+		if len(host[i].LogProbs) != len(seqs[i])-1 || len(onGraph[i].LogProbs) != len(seqs[i])-1 {
+			t.Fatalf("sequence %d of %d tokens: %d host and %d graph scores", i, len(seqs[i]), len(host[i].LogProbs), len(onGraph[i].LogProbs))
+		}
 		for j, lp := range host[i].LogProbs {
 			if d := math.Abs(float64(lp - onGraph[i].LogProbs[j])); d > 1e-4 {
 				t.Errorf("sequence %d token %d: host log-prob %v, graph %v", i, j, lp, onGraph[i].LogProbs[j])
