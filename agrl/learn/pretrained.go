@@ -753,8 +753,9 @@ func (p *PretrainedPolicy) pad(seqs [][]int32) (tokens, lengths *tensors.Tensor,
 // where a new shape costs little, n rounded up to a power of two, at most callRows(width). A
 // batch's last, smaller micro-batch then computes at most as many padding rows as it has
 // sequences, less one (a sequence alone, none), where callRows would fill it — up to 7 of 8
-// rows of padding at MicroBatch 8. Each width compiles at most ⌊log₂ MicroBatch⌋ + 2 shapes.
-// Padding rows change no result beyond rounding (TestPadRowsSameStep).
+// rows of padding at MicroBatch 8. Each width compiles at most ⌈log₂ MicroBatch⌉ + 1 shapes.
+// Without LoRA dropout the rows a call computes change no result beyond rounding
+// (TestPadRowsSameStep); with it they change the masks drawn (dropoutState).
 func (p *PretrainedPolicy) padRows(n, width int) int {
 	rows := p.callRows(width)
 	if p.goBackend {
@@ -764,8 +765,8 @@ func (p *PretrainedPolicy) padRows(n, width int) int {
 }
 
 // pretrainedExecCache is the number of compiled shapes each of the pretrained policy's
-// executors keeps: scoring and training compile up to 37 widths (padLenBuckets) × padRows'
-// row counts (4 at MicroBatch 8, 8 at 64).
+// executors keeps (GoMLX refuses a shape past it, it does not evict): scoring and training
+// compile up to 37 widths (padLenBuckets) × padRows' row counts (4 at MicroBatch 8, 7 at 64).
 const pretrainedExecCache = 512
 
 func (p *PretrainedPolicy) newExec(name string, fn func(scope *model.Scope, inputs []*graph.Node) []*graph.Node) (*model.Exec, error) {
@@ -1139,7 +1140,8 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 // byLength is b's sequences (and names' values) shortest first, in their order where lengths
 // tie, so that micro-batches group sequences of like length and pad them to narrower widths:
 // a step's loss and gradients are sums over its sequences, which the order changes only by
-// rounding (TestPadRowsSameStep), and a batch always trains in the same order.
+// rounding (TestPadRowsSameStep), and a batch trains the same, bit for bit, in whatever
+// order it comes (with dropout too).
 func byLength(b TrainBatch, names []string) TrainBatch {
 	order := shortestFirst(b.Tokens)
 	out := TrainBatch{Tokens: make([][]int32, len(order)), Values: map[string][][]float32{}}
@@ -1203,7 +1205,10 @@ func (t *pretrainedTrainer) wholeGrads(tok, lens *tensors.Tensor, vals []*tensor
 // dropoutState is the RNG state LoRA dropout draws its masks from in micro-batch chunk of
 // optimizer step step of the learner named name ("sft", "grpo"): a function of the adapters'
 // seed, the learner, the step and the chunk alone, so a resumed run draws the masks an
-// uninterrupted one draws, and the warm start's steps others than GRPO's.
+// uninterrupted one draws, and the warm start's steps others than GRPO's. The masks are
+// drawn over the call's whole [rows, width, …] tensors, so which mask a sequence gets also
+// depends on how its batch is cut (byLength, chunks, padRows): the same every time for the
+// same batch and settings.
 func dropoutState(seed uint64, name string, step, chunk int) (*tensors.Tensor, error) {
 	x := seed ^ 0x6c6f72612e64726f // "lora.dro"
 	for i := 0; i < len(name); i++ {

@@ -277,7 +277,7 @@ func TestPretrainedFullValidation(t *testing.T) {
 // something decodes or scores on the backend: with the go backend's host scoring, the
 // warm-started reference of full fine-tuning holds no store variables; scoring it through the
 // graph makes them, and gives the host's scores (each sequence's own, though the graph scores
-// them shortest first).
+// them shortest first) — the reference's, not those of the policy, which a step has moved.
 func TestFrozenGraphOnDemand(t *testing.T) {
 	p, err := LoadPretrained(agrl.Pretrained(tinyFamily(t, hf.Qwen3)).Full(), 5)
 	if err != nil {
@@ -288,6 +288,13 @@ func TestFrozenGraphOnDemand(t *testing.T) {
 	}
 	f, err := p.frozenModel("reference", func() (*llm.Model, error) { return p.base, nil })
 	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Step(segTestBatch(320, 20, 31, 9)); err != nil {
 		t.Fatal(err)
 	}
 	inScope := func() (n int64) {
@@ -314,7 +321,15 @@ func TestFrozenGraphOnDemand(t *testing.T) {
 	if n := inScope(); n != int64(p.cfg.NumParams()) {
 		t.Errorf("graph scoring: %d values under the reference's scope, want the model's %d", n, p.cfg.NumParams())
 	}
+	policy, err := p.Score(seqs, 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := 0.0
 	for i := range seqs {
+		for j, lp := range policy[i].LogProbs {
+			moved = max(moved, math.Abs(float64(lp-host[i].LogProbs[j])))
+		}
 		if len(host[i].LogProbs) != len(seqs[i])-1 || len(onGraph[i].LogProbs) != len(seqs[i])-1 {
 			t.Fatalf("sequence %d of %d tokens: %d host and %d graph scores", i, len(seqs[i]), len(host[i].LogProbs), len(onGraph[i].LogProbs))
 		}
@@ -323,5 +338,8 @@ func TestFrozenGraphOnDemand(t *testing.T) {
 				t.Errorf("sequence %d token %d: host log-prob %v, graph %v", i, j, lp, onGraph[i].LogProbs[j])
 			}
 		}
+	}
+	if moved < 1e-3 {
+		t.Errorf("the step moved the policy's log-probs by at most %.3g: the test cannot tell the reference from it", moved)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -42,13 +43,13 @@ func segTestLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 // computes the whole graph's loss, metrics and gradients — on every family, with LoRA (with
 // dropout: each layer draws the masks the whole graph draws; over bfloat16 base weights) and
 // with full fine-tuning (the head's, the norms' and the embedding's gradients, tied or not),
-// over two micro-batches of three head chunks each (the first with a sequence that fills its
-// padded width, the second, of three sequences, with a padding row), for two steps (the
-// second from the first's update). Each variable's gradients are compared with that
-// variable's largest.
+// over two micro-batches (shortest first: eight sequences of width 32 in two head chunks,
+// then three of width 48, one filling it, in four rows — one of padding, fewer than the
+// eight a call takes — in three head chunks), for two steps (the second from the first's
+// update). Each variable's gradients are compared with that variable's largest.
 func TestSegmentedStep(t *testing.T) {
 	defer func(b int) { headChunkBytes = b }(headChunkBytes)
-	headChunkBytes = 6 * 4 * 320 * 4 * 20 // 16 positions a chunk for 4 rows: 3 chunks a call
+	headChunkBytes = 6 * 4 * 320 * 4 * 20 // 16 positions a chunk for 4 or 8 rows
 	cases := []struct {
 		name    string
 		family  hf.Family
@@ -65,7 +66,7 @@ func TestSegmentedStep(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := tinyFamily(t, c.family)
-			spec := agrl.Pretrained(dir).MicroBatch(4).Weights(c.weights)
+			spec := agrl.Pretrained(dir).MicroBatch(8).Weights(c.weights)
 			if c.full {
 				spec = spec.Full()
 			} else {
@@ -97,7 +98,14 @@ func TestSegmentedStep(t *testing.T) {
 				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
 				runs[i] = r
 			}
-			batch := segTestBatch(320, 11, 48, 3, 30, 2, 38, 20) // widths 48 and 40
+			batch := segTestBatch(320, 11, 48, 3, 30, 2, 38, 20, 9, 14, 25, 33)
+			sorted := byLength(batch, nil).Tokens
+			if got := runs[0].p.chunks(sorted); !slices.Equal(got, [][2]int{{0, 8}, {8, 11}}) {
+				t.Fatalf("micro-batches %v, want 8 then 3 sequences", got)
+			}
+			if _, _, rows, width, err := runs[1].p.pad(sorted[8:]); err != nil || rows != 4 || width != 48 {
+				t.Fatalf("the second micro-batch: %d rows of width %d (%v), want 4 of 48", rows, width, err)
+			}
 			for step := range 2 {
 				for _, r := range runs {
 					st, err := r.tr.Step(batch)

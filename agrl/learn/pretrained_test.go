@@ -621,8 +621,9 @@ func TestCallRows(t *testing.T) {
 // computes changes nothing but rounding. Three sequences trained in one call of 4 rows
 // (MicroBatch 8: the sequences rounded up to a power of two), one of 3 (MicroBatch 3) and
 // three calls of one row (MicroBatch 1) give the same loss, metrics and gradients, for two
-// steps, with LoRA and with full fine-tuning. (Step orders a batch shortest first, byLength,
-// so the order a batch comes in changes nothing either.)
+// steps, with LoRA and with full fine-tuning; and the call of four rows is what pad lays out.
+// A fourth policy (MicroBatch 2) trains the batch in another order than a fifth: Step orders
+// a batch shortest first (byLength), so their losses and gradients are equal bit for bit.
 func TestPadRowsSameStep(t *testing.T) {
 	for _, full := range []bool{false, true} {
 		t.Run(map[bool]string{false: "lora", true: "full"}[full], func(t *testing.T) {
@@ -633,7 +634,7 @@ func TestPadRowsSameStep(t *testing.T) {
 				stats []agrl.StepStats
 			}
 			var runs []*run
-			for _, micro := range []int{8, 3, 1} {
+			for _, micro := range []int{8, 3, 1, 2, 2} {
 				spec := agrl.Pretrained(dir).MicroBatch(micro)
 				if full {
 					spec = spec.Full()
@@ -656,18 +657,32 @@ func TestPadRowsSameStep(t *testing.T) {
 				runs = append(runs, r)
 			}
 			batch := segTestBatch(320, 30, 45, 12)
-			if got := runs[0].tr.p.padRows(3, 48); got != 4 {
-				t.Fatalf("MicroBatch 8: 3 sequences in %d rows, want 4", got)
+			if _, _, rows, width, err := runs[0].tr.p.pad(batch.Tokens); err != nil || rows != 4 || width != 48 {
+				t.Fatalf("MicroBatch 8: 3 sequences in %d rows of width %d (%v), want 4 of 48", rows, width, err)
+			}
+			// The same sequences in another order: 45 first (in order, micro-batches of
+			// widths 48 and 16 rather than 32 and 48).
+			reordered := TrainBatch{Tokens: [][]int32{batch.Tokens[1], batch.Tokens[2], batch.Tokens[0]}, Values: map[string][][]float32{}}
+			for k, v := range batch.Values {
+				reordered.Values[k] = [][]float32{v[1], v[2], v[0]}
 			}
 			for step := range 2 {
-				for _, r := range runs {
-					st, err := r.tr.Step(batch)
+				for i, r := range runs {
+					b := batch
+					if i == 4 {
+						b = reordered
+					}
+					st, err := r.tr.Step(b)
 					if err != nil {
 						t.Fatal(err)
 					}
 					r.stats = append(r.stats, st)
 				}
-				for k, r := range runs[1:] {
+				a, b := runs[3], runs[4]
+				if a.stats[step].Loss != b.stats[step].Loss || !reflect.DeepEqual(a.grads[step], b.grads[step]) {
+					t.Errorf("step %d: the batch in another order trains otherwise (loss %v, %v)", step+1, a.stats[step].Loss, b.stats[step].Loss)
+				}
+				for k, r := range runs[1:3] {
 					a, b := runs[0].stats[step], r.stats[step]
 					near := func(what string, x, y float64) {
 						if math.Abs(x-y) > 1e-5*(1+math.Abs(x)) || bad(x) || bad(y) {
