@@ -34,6 +34,7 @@ type GRPOTrainer struct {
 	pre     *PretrainedPolicy
 	ref     Model
 	learner learner
+	onPhase func(StepPhase) // OnPhase's callback
 	env     agrl.Env
 	rubric  agrl.Rubric
 	splits  map[agrl.Split][]agrl.Task
@@ -249,6 +250,30 @@ func MustBuild(g agrl.GRPO) *GRPOTrainer {
 
 // OnStep replaces the per-step callback (for progress bars and live plots).
 func (t *GRPOTrainer) OnStep(fn func(agrl.Metrics)) { t.cfg.OnStep = fn }
+
+// StepPhase says where a GRPO step is while it runs, for progress displays whose steps take
+// long (a pretrained model's rollouts and updates on a CPU take minutes): OnPhase.
+type StepPhase struct {
+	Step int
+	// What is the phase in words: "rollouts: 16 episodes", "reference log-probs",
+	// "update 1/2", and, for a pretrained policy, "update 1/2: micro-batch 3 of 8 done" after
+	// each of its micro-batches.
+	What string
+	// Elapsed is the time since the step began.
+	Elapsed time.Duration
+}
+
+// OnPhase sets a callback told each phase of every GRPO step as it starts (nil: none). It
+// runs on the training goroutine, during the update with the policy locked: it must return
+// quickly and not call the policy.
+func (t *GRPOTrainer) OnPhase(fn func(StepPhase)) { t.onPhase = fn }
+
+// phase tells OnPhase's callback, if any, that step (begun at start) is at what.
+func (t *GRPOTrainer) phase(step int, start time.Time, format string, args ...any) {
+	if t.onPhase != nil {
+		t.onPhase(StepPhase{Step: step, What: fmt.Sprintf(format, args...), Elapsed: time.Since(start)})
+	}
+}
 
 // Policy returns the Tiny policy being trained (nil when the run trains a pretrained model:
 // see Pretrained and Model).
@@ -836,6 +861,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	// 2. Score: the rubric's reward for every episode.
 	// 3. Advantages: group-relative; groups whose rewards are all equal carry no signal (with
 	//    dynamic sampling they are dropped and replaced by new tasks).
+	t.phase(step, start, "rollouts: %d episodes", t.cfg.Group*t.cfg.TasksPerStep)
 	eps, rewards, adv, roll, err := t.collect(step)
 	if err != nil {
 		return nil, fmt.Errorf("agrl: step %d: %w", step, err)
@@ -847,6 +873,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	update := time.Now()
 	var refScores []TokenScores
 	if t.cfg.KL > 0 {
+		t.phase(step, start, "reference log-probs: %d episodes", len(eps))
 		if refScores, err = t.ref.Score(tokensOf(eps), t.cfg.Temperature); err != nil {
 			return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
 		}
@@ -882,7 +909,17 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 					return nil, fmt.Errorf("agrl: step %d: step record: %w", step, err)
 				}
 			}
+			k, n := epoch*t.cfg.Minibatches+mb+1, t.cfg.Epochs*t.cfg.Minibatches
+			t.phase(step, start, "update %d/%d", k, n)
+			if m, ok := t.learner.(microBatcher); ok && t.onPhase != nil {
+				m.onMicroBatches(func(done, total int) {
+					t.phase(step, start, "update %d/%d: micro-batch %d of %d done", k, n, done, total)
+				})
+			}
 			st, err := t.learner.Step(batch)
+			if m, ok := t.learner.(microBatcher); ok {
+				m.onMicroBatches(nil)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("agrl: step %d: update: %w", step, err)
 			}

@@ -27,6 +27,13 @@ type learner interface {
 	Steps() int
 }
 
+// microBatcher is a learner whose Step trains its batch in several micro-batches (the
+// pretrained policy's) and reports each when done, with how many the step has, through the
+// function it is given (nil: none).
+type microBatcher interface {
+	onMicroBatches(func(done, total int))
+}
+
 // trainee is what the GRPO trainer needs of a Model beyond sampling and scoring.
 type trainee interface {
 	Model

@@ -896,7 +896,12 @@ type pretrainedTrainer struct {
 	// onGrads, when set (tests), sees each step's summed gradients (trainVars order) before
 	// the update.
 	onGrads func(grads [][]float32)
+	// onDone, when set (onMicroBatches), is told after each micro-batch of a step (with the
+	// policy locked: it must not call the policy).
+	onDone func(done, total int)
 }
+
+func (t *pretrainedTrainer) onMicroBatches(fn func(done, total int)) { t.onDone = fn }
 
 func (p *PretrainedPolicy) newLearner(name string, loss LossFunc, values []string, opt agrl.AdamW, temperature float64) (learner, error) {
 	if err := opt.Validate(); err != nil {
@@ -1068,7 +1073,8 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	var st agrl.StepStats
 	step := t.steps() + 1
 	b = byLength(b, t.values)
-	for ci, c := range p.chunks(b.Tokens) {
+	chunks := p.chunks(b.Tokens)
+	for ci, c := range chunks {
 		tok, lens, rows, width, err := p.pad(b.Tokens[c[0]:c[1]])
 		if err != nil {
 			return agrl.StepStats{}, err
@@ -1103,6 +1109,9 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		for i, k := range t.metrics {
 			st.Metrics[k] += metrics[i]
+		}
+		if t.onDone != nil {
+			t.onDone(ci+1, len(chunks))
 		}
 	}
 	lr := t.opt.LearningRate(step)

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gomlx/gomlx/core/tensors"
 )
@@ -724,5 +725,35 @@ func TestByLength(t *testing.T) {
 	}
 	if !reflect.DeepEqual(b.Tokens[0], []int32{1, 2, 3}) {
 		t.Error("byLength changed its input")
+	}
+}
+
+// OnPhase is told each phase of a GRPO step as it starts, in order: the rollouts, the
+// reference's log-probs (a KL penalty), each optimizer step of the update and, for a
+// pretrained policy, each of its micro-batches when done (8 episodes, MicroBatch 2: four).
+func TestGRPOStepPhases(t *testing.T) {
+	g := pretrainedGRPO(t, t.TempDir()).Pretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).MicroBatch(2)).Minibatches(2)
+	tr, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	var got []string
+	var last time.Duration
+	tr.OnPhase(func(ph StepPhase) {
+		if ph.Step != 1 || ph.Elapsed < last {
+			t.Errorf("phase %q of step %d at %v, after %v", ph.What, ph.Step, ph.Elapsed, last)
+		}
+		last = ph.Elapsed
+		got = append(got, ph.What)
+	})
+	if _, err := tr.Step(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"rollouts: 8 episodes", "reference log-probs: 8 episodes",
+		"update 1/2", "update 1/2: micro-batch 1 of 2 done", "update 1/2: micro-batch 2 of 2 done",
+		"update 2/2", "update 2/2: micro-batch 1 of 2 done", "update 2/2: micro-batch 2 of 2 done"}
+	if !slices.Equal(got, want) {
+		t.Errorf("phases:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

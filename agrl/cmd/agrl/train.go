@@ -422,6 +422,7 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 		}
 		prog.alarms = tr.Alarms
 		tr.OnStep(prog.update)
+		tr.OnPhase(prog.phase)
 	}
 	start := time.Now()
 	res, err := tr.Train(ctx)
@@ -479,6 +480,31 @@ type progress struct {
 	// it first fires, and the progress line names those firing.
 	alarms func() []agrl.Alarm
 	shown  map[string]bool
+	// phaseStep is the step of the phases shown since the last step line, nextPhase the
+	// elapsed time at which a log (not a terminal) gets the next phase line.
+	phaseStep int
+	nextPhase time.Duration
+}
+
+// phaseEvery is how long a step runs before a log gets a line of where it is, and then how
+// often: a pretrained model's steps take minutes on a CPU, the Tiny model's a second.
+const phaseEvery = 30 * time.Second
+
+// phase shows where a running step is: on a terminal in place of the progress line at every
+// phase, in a log a line once the step has run phaseEvery, and then at most one a phaseEvery.
+func (p *progress) phase(ph learn.StepPhase) {
+	line := fmt.Sprintf("step %d/%d: %s (%s)", ph.Step, p.total, ph.What, ph.Elapsed.Round(time.Second))
+	if p.tty {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		return
+	}
+	if ph.Step != p.phaseStep {
+		p.phaseStep, p.nextPhase = ph.Step, phaseEvery
+	}
+	if ph.Elapsed >= p.nextPhase {
+		fmt.Fprintln(p.w, line)
+		p.nextPhase = ph.Elapsed + phaseEvery
+	}
 }
 
 func newProgress(w io.Writer, total int) *progress {

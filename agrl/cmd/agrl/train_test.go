@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"agrl.dev/agrl"
+	"agrl.dev/agrl/learn"
 )
 
 // quick are flags that make training take seconds: the point here is the command's plumbing;
@@ -319,5 +321,33 @@ func TestProgressShowsAlarms(t *testing.T) {
 	}
 	if !strings.Contains(got, "step 3/3") || !strings.HasSuffix(strings.TrimSpace(got), "alarms: no-signal") {
 		t.Errorf("the last progress line does not name the alarm:\n%s", got)
+	}
+}
+
+// TestProgressPhases: in a log a step's phases print once the step has run 30 s and then at
+// most one line every 30 s, from scratch at each step; on a terminal every phase replaces the
+// line.
+func TestProgressPhases(t *testing.T) {
+	var out strings.Builder
+	p := newProgress(&out, 5)
+	for _, ph := range []learn.StepPhase{
+		{Step: 1, What: "rollouts: 8 episodes", Elapsed: time.Second},
+		{Step: 1, What: "update 1/1", Elapsed: 31 * time.Second},
+		{Step: 1, What: "update 1/1: micro-batch 1 of 4 done", Elapsed: 50 * time.Second},
+		{Step: 1, What: "update 1/1: micro-batch 2 of 4 done", Elapsed: 62 * time.Second},
+		{Step: 2, What: "rollouts: 8 episodes", Elapsed: 2 * time.Second},
+		{Step: 2, What: "update 1/1", Elapsed: 29 * time.Second},
+	} {
+		p.phase(ph)
+	}
+	want := "step 1/5: update 1/1 (31s)\nstep 1/5: update 1/1: micro-batch 2 of 4 done (1m2s)\n"
+	if got := out.String(); got != want {
+		t.Errorf("log:\n%q\nwant\n%q", got, want)
+	}
+	out.Reset()
+	p.tty = true
+	p.phase(learn.StepPhase{Step: 3, What: "rollouts: 8 episodes", Elapsed: time.Second})
+	if got := out.String(); got != "\r\033[Kstep 3/5: rollouts: 8 episodes (1s)" {
+		t.Errorf("terminal: %q", got)
 	}
 }
