@@ -140,6 +140,19 @@ type StepStats struct {
 	Metrics  map[string]float64 `json:"metrics,omitempty"`
 }
 
+// StepPhase says where a GRPO step is while it runs, for progress displays whose steps take
+// long (a pretrained model's rollouts and updates on a CPU take minutes): the learner's
+// GRPOTrainer.OnPhase reports each phase as it starts (nb.Live.UpdatePhase shows them).
+type StepPhase struct {
+	Step int
+	// What is the phase in words: "rollouts: 16 episodes", "reference log-probs: 16
+	// episodes", "update 1/2", and, for a pretrained policy, "update 1/2: micro-batch 3 of 8
+	// done" after each of its micro-batches.
+	What string
+	// Elapsed is the time since the step began.
+	Elapsed time.Duration
+}
+
 // SFTProgress is the progress of a warm start after one of its SFT steps (see GRPO.OnSFTStep).
 type SFTProgress struct {
 	// Stats is the step's loss, token accuracy ("accuracy" metric), learning rate and timing;

@@ -34,7 +34,7 @@ type GRPOTrainer struct {
 	pre     *PretrainedPolicy
 	ref     Model
 	learner learner
-	onPhase func(StepPhase) // OnPhase's callback
+	onPhase func(agrl.StepPhase) // OnPhase's callback
 	env     agrl.Env
 	rubric  agrl.Rubric
 	splits  map[agrl.Split][]agrl.Task
@@ -251,27 +251,15 @@ func MustBuild(g agrl.GRPO) *GRPOTrainer {
 // OnStep replaces the per-step callback (for progress bars and live plots).
 func (t *GRPOTrainer) OnStep(fn func(agrl.Metrics)) { t.cfg.OnStep = fn }
 
-// StepPhase says where a GRPO step is while it runs, for progress displays whose steps take
-// long (a pretrained model's rollouts and updates on a CPU take minutes): OnPhase.
-type StepPhase struct {
-	Step int
-	// What is the phase in words: "rollouts: 16 episodes", "reference log-probs",
-	// "update 1/2", and, for a pretrained policy, "update 1/2: micro-batch 3 of 8 done" after
-	// each of its micro-batches.
-	What string
-	// Elapsed is the time since the step began.
-	Elapsed time.Duration
-}
-
 // OnPhase sets a callback told each phase of every GRPO step as it starts (nil: none). It
 // runs on the training goroutine, during the update with the policy locked: it must return
 // quickly and not call the policy.
-func (t *GRPOTrainer) OnPhase(fn func(StepPhase)) { t.onPhase = fn }
+func (t *GRPOTrainer) OnPhase(fn func(agrl.StepPhase)) { t.onPhase = fn }
 
 // phase tells OnPhase's callback, if any, that step (begun at start) is at what.
 func (t *GRPOTrainer) phase(step int, start time.Time, format string, args ...any) {
 	if t.onPhase != nil {
-		t.onPhase(StepPhase{Step: step, What: fmt.Sprintf(format, args...), Elapsed: time.Since(start)})
+		t.onPhase(agrl.StepPhase{Step: step, What: fmt.Sprintf(format, args...), Elapsed: time.Since(start)})
 	}
 }
 

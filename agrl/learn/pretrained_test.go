@@ -740,7 +740,7 @@ func TestGRPOStepPhases(t *testing.T) {
 	defer tr.Close()
 	var got []string
 	var last time.Duration
-	tr.OnPhase(func(ph StepPhase) {
+	tr.OnPhase(func(ph agrl.StepPhase) {
 		if ph.Step != 1 || ph.Elapsed < last {
 			t.Errorf("phase %q of step %d at %v, after %v", ph.What, ph.Step, ph.Elapsed, last)
 		}

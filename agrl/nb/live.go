@@ -34,7 +34,8 @@ type Live struct {
 	auto     bool // no metric named: follow the DefaultMetrics that appear
 	series   map[string][][2]float64
 	last     agrl.Metrics
-	history  []agrl.Metrics // every update, for the alarms
+	phase    *agrl.StepPhase // where the running step is (UpdatePhase), until its Update
+	history  []agrl.Metrics  // every update, for the alarms
 	alarms   []agrl.Alarm
 	updates  int
 	start    time.Time
@@ -76,6 +77,23 @@ func (l *Live) Every(d time.Duration) *Live {
 //	tr := learn.MustBuild(g.OnSFTStep(sft.UpdateSFT))
 func (l *Live) UpdateSFT(p agrl.SFTProgress) { l.Update(p.Metrics()) }
 
+// UpdatePhase shows where the running step is (a line under the bar: "step 4: update 1/2:
+// micro-batch 3 of 8 done (2m10s)") until that step's Update: pass it to the learner's
+// GRPOTrainer.OnPhase, for runs whose steps take long. Redraws are throttled as Update's.
+//
+//	tr.OnPhase(live.UpdatePhase)
+func (l *Live) UpdatePhase(p agrl.StepPhase) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return
+	}
+	l.phase = &p
+	if now := l.now(); l.draws == 0 || now.Sub(l.lastDraw) >= l.every {
+		l.drawLocked(now)
+	}
+}
+
 // Update records one step's metrics and redraws if the last redraw is older than Every, or if
 // the step is the last one. Updates after Close are ignored.
 func (l *Live) Update(m agrl.Metrics) {
@@ -90,6 +108,9 @@ func (l *Live) Update(m agrl.Metrics) {
 	}
 	l.updates++
 	l.last = m
+	if l.phase != nil && m.Step() >= l.phase.Step {
+		l.phase = nil // that step is done
+	}
 	if _, ok := m[agrl.MetricStep]; ok && !l.sft() {
 		l.history = append(l.history, m)
 		l.alarms = agrl.CheckAlarms(l.history, nil)
@@ -177,6 +198,9 @@ func (l *Live) htmlLocked(now time.Time) string {
 		fmt.Fprintf(&b, ` · <b>%s</b>`, status)
 	}
 	b.WriteString(`</div>`)
+	if l.phase != nil && !l.closed {
+		fmt.Fprintf(&b, `<div class="agrl-phase" style="color:#555">step %d: %s (%s)</div>`, l.phase.Step, esc(l.phase.What), l.phase.Elapsed.Round(time.Second))
+	}
 	color := "#3f51b5"
 	if l.closed && done >= l.total {
 		color = "#2e7d32"

@@ -138,3 +138,21 @@ func TestLiveShowsTheWarmStart(t *testing.T) {
 		}
 	}
 }
+
+// A step's phases show under the bar while it runs (escaped, throttled like updates) and go
+// with that step's update.
+func TestLiveShowsPhases(t *testing.T) {
+	l, clock, shown := fakeLive(3, "reward/mean")
+	l.Update(agrl.Metrics{"step": 1, "reward/mean": 0.5})
+	*clock = clock.Add(2 * time.Second)
+	l.UpdatePhase(agrl.StepPhase{Step: 2, What: "update 1/1: micro-batch 1 of 4 <done>", Elapsed: 95 * time.Second})
+	l.UpdatePhase(agrl.StepPhase{Step: 2, What: "update 1/1: micro-batch 2 of 4 done", Elapsed: 96 * time.Second}) // throttled
+	if len(*shown) != 2 || !strings.Contains((*shown)[1], "step 2: update 1/1: micro-batch 1 of 4 &lt;done&gt; (1m35s)") {
+		t.Fatalf("%d redraws; the phase line is not in the last: %s", len(*shown), (*shown)[len(*shown)-1])
+	}
+	*clock = clock.Add(2 * time.Second)
+	l.Update(agrl.Metrics{"step": 2, "reward/mean": 0.6})
+	if last := (*shown)[len(*shown)-1]; strings.Contains(last, "agrl-phase") || !strings.Contains(last, "step 2 / 3") {
+		t.Errorf("after step 2's update: %s", last)
+	}
+}

@@ -492,7 +492,7 @@ const phaseEvery = 30 * time.Second
 
 // phase shows where a running step is: on a terminal in place of the progress line at every
 // phase, in a log a line once the step has run phaseEvery, and then at most one a phaseEvery.
-func (p *progress) phase(ph learn.StepPhase) {
+func (p *progress) phase(ph agrl.StepPhase) {
 	line := fmt.Sprintf("step %d/%d: %s (%s)", ph.Step, p.total, ph.What, ph.Elapsed.Round(time.Second))
 	if p.tty {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)

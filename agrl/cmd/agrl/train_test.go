@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"agrl.dev/agrl"
-	"agrl.dev/agrl/learn"
 )
 
 // quick are flags that make training take seconds: the point here is the command's plumbing;
@@ -330,7 +329,7 @@ func TestProgressShowsAlarms(t *testing.T) {
 func TestProgressPhases(t *testing.T) {
 	var out strings.Builder
 	p := newProgress(&out, 5)
-	for _, ph := range []learn.StepPhase{
+	for _, ph := range []agrl.StepPhase{
 		{Step: 1, What: "rollouts: 8 episodes", Elapsed: time.Second},
 		{Step: 1, What: "update 1/1", Elapsed: 31 * time.Second},
 		{Step: 1, What: "update 1/1: micro-batch 1 of 4 done", Elapsed: 50 * time.Second},
@@ -346,7 +345,7 @@ func TestProgressPhases(t *testing.T) {
 	}
 	out.Reset()
 	p.tty = true
-	p.phase(learn.StepPhase{Step: 3, What: "rollouts: 8 episodes", Elapsed: time.Second})
+	p.phase(agrl.StepPhase{Step: 3, What: "rollouts: 8 episodes", Elapsed: time.Second})
 	if got := out.String(); got != "\r\033[Kstep 3/5: rollouts: 8 episodes (1s)" {
 		t.Errorf("terminal: %q", got)
 	}
