@@ -345,12 +345,16 @@ const causalBlock = 16
 // seqOrder lists the sequences longest first, the order the workers take them in for the
 // attention (its cost grows as length², so the long ones go first and the short ones fill in
 // at the end; see eachChunk).
-func seqOrder(seqs [][]int32) []int {
+func seqOrder(seqs [][]int32) []int { return lengthOrder(seqs, -1) }
+
+// lengthOrder is the indices of seqs ordered by length — shortest first for sign 1, longest
+// first for -1 — in their order where lengths tie.
+func lengthOrder(seqs [][]int32, sign int) []int {
 	order := make([]int, len(seqs))
 	for s := range order {
 		order[s] = s
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return len(seqs[b]) - len(seqs[a]) })
+	slices.SortStableFunc(order, func(a, b int) int { return sign * (len(seqs[a]) - len(seqs[b])) })
 	return order
 }
 

@@ -1168,14 +1168,7 @@ func byLength(b TrainBatch, names []string) TrainBatch {
 
 // shortestFirst is the indices of seqs ordered by length, shortest first, in their order
 // where lengths tie.
-func shortestFirst(seqs [][]int32) []int {
-	order := make([]int, len(seqs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(i, j int) int { return len(seqs[i]) - len(seqs[j]) })
-	return order
-}
+func shortestFirst(seqs [][]int32) []int { return lengthOrder(seqs, 1) }
 
 // wholeGrads is one micro-batch's gradient call through the whole graph (gradGraph): it
 // returns the loss and the metrics (t.metrics order) and adds each trainable variable's
