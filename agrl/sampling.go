@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 )
 
 // Sampling configures how the policy draws tokens. The zero value decodes greedily.
@@ -103,6 +104,26 @@ type RolloutOptions struct {
 	// (one budget for the whole episode, never per turn). 0 or more than the context means
 	// the context.
 	MaxTokens int
+	// Progress, when set, is told as each episode ends how many of the call's episodes have
+	// ended: one call at a time, in increasing order, from the sampler's goroutines (it must
+	// return quickly). Samplers call it through EpisodeEnded.
+	Progress func(done, total int)
+}
+
+// EpisodeEnded returns the function a sampler calls as each of its total episodes ends: it
+// tells o.Progress, if set, how many have ended, one call at a time.
+func (o RolloutOptions) EpisodeEnded(total int) func() {
+	if o.Progress == nil {
+		return func() {}
+	}
+	var mu sync.Mutex
+	done := 0
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done++
+		o.Progress(done, total)
+	}
 }
 
 // RolloutStats describes the sampling work of one Rollout call.

@@ -145,9 +145,10 @@ type StepStats struct {
 // GRPOTrainer.OnPhase reports each phase as it starts (nb.Live.UpdatePhase shows them).
 type StepPhase struct {
 	Step int
-	// What is the phase in words: "rollouts: 16 episodes", "reference log-probs: 16
-	// episodes", "update 1/2", and, for a pretrained policy, "update 1/2: micro-batch 3 of 8
-	// done" after each of its micro-batches.
+	// What is the phase in words: "rollouts: 16 episodes" (then "rollouts: 3 of 16 episodes
+	// done" as each ends), "reference log-probs: 16 episodes", "update 1/2", and, for a
+	// pretrained policy, "update 1/2: micro-batch 3 of 8 done" after each of its
+	// micro-batches.
 	What string
 	// Elapsed is the time since the step began.
 	Elapsed time.Duration

@@ -35,6 +35,7 @@ type GRPOTrainer struct {
 	ref     Model
 	learner learner
 	onPhase func(agrl.StepPhase) // OnPhase's callback
+	begun   time.Time            // when the running step began (for OnPhase)
 	env     agrl.Env
 	rubric  agrl.Rubric
 	splits  map[agrl.Split][]agrl.Task
@@ -256,10 +257,10 @@ func (t *GRPOTrainer) OnStep(fn func(agrl.Metrics)) { t.cfg.OnStep = fn }
 // quickly and not call the policy.
 func (t *GRPOTrainer) OnPhase(fn func(agrl.StepPhase)) { t.onPhase = fn }
 
-// phase tells OnPhase's callback, if any, that step (begun at start) is at what.
-func (t *GRPOTrainer) phase(step int, start time.Time, format string, args ...any) {
+// phase tells OnPhase's callback, if any, that step (begun at t.begun) is at what.
+func (t *GRPOTrainer) phase(step int, format string, args ...any) {
 	if t.onPhase != nil {
-		t.onPhase(agrl.StepPhase{Step: step, What: fmt.Sprintf(format, args...), Elapsed: time.Since(start)})
+		t.onPhase(agrl.StepPhase{Step: step, What: fmt.Sprintf(format, args...), Elapsed: time.Since(t.begun)})
 	}
 }
 
@@ -849,7 +850,8 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	// 2. Score: the rubric's reward for every episode.
 	// 3. Advantages: group-relative; groups whose rewards are all equal carry no signal (with
 	//    dynamic sampling they are dropped and replaced by new tasks).
-	t.phase(step, start, "rollouts: %d episodes", t.cfg.Group*t.cfg.TasksPerStep)
+	t.begun = start
+	t.phase(step, "rollouts: %d episodes", t.cfg.Group*t.cfg.TasksPerStep)
 	eps, rewards, adv, roll, err := t.collect(step)
 	if err != nil {
 		return nil, fmt.Errorf("agrl: step %d: %w", step, err)
@@ -861,7 +863,7 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	update := time.Now()
 	var refScores []TokenScores
 	if t.cfg.KL > 0 {
-		t.phase(step, start, "reference log-probs: %d episodes", len(eps))
+		t.phase(step, "reference log-probs: %d episodes", len(eps))
 		if refScores, err = t.ref.Score(tokensOf(eps), t.cfg.Temperature); err != nil {
 			return nil, fmt.Errorf("agrl: step %d: reference log-probs: %w", step, err)
 		}
@@ -898,10 +900,10 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 				}
 			}
 			k, n := epoch*t.cfg.Minibatches+mb+1, t.cfg.Epochs*t.cfg.Minibatches
-			t.phase(step, start, "update %d/%d", k, n)
+			t.phase(step, "update %d/%d", k, n)
 			if m, ok := t.learner.(microBatcher); ok && t.onPhase != nil {
 				m.onMicroBatches(func(done, total int) {
-					t.phase(step, start, "update %d/%d: micro-batch %d of %d done", k, n, done, total)
+					t.phase(step, "update %d/%d: micro-batch %d of %d done", k, n, done, total)
 				})
 			}
 			st, err := t.learner.Step(batch)
@@ -1145,7 +1147,11 @@ func (t *GRPOTrainer) collect(step int) ([]*agrl.Episode, []float64, [][]float64
 				batch = append(batch, task)
 			}
 		}
-		got, rst, err := t.model.Rollout(t.env, batch, t.rolloutOptions(true, t.seedFor(fmt.Sprintf("rollout-%d", round), step)))
+		opt := t.rolloutOptions(true, t.seedFor(fmt.Sprintf("rollout-%d", round), step))
+		if t.onPhase != nil {
+			opt.Progress = func(done, total int) { t.phase(step, "rollouts: %d of %d episodes done", done, total) }
+		}
+		got, rst, err := t.model.Rollout(t.env, batch, opt)
 		if err != nil {
 			return nil, nil, nil, st, err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -728,8 +729,8 @@ func TestByLength(t *testing.T) {
 	}
 }
 
-// OnPhase is told each phase of a GRPO step as it starts, in order: the rollouts, the
-// reference's log-probs (a KL penalty), each optimizer step of the update and, for a
+// OnPhase is told each phase of a GRPO step as it starts, in order: the rollouts (and each
+// episode as it ends), the reference's log-probs (a KL penalty), each optimizer step of the update and, for a
 // pretrained policy, each of its micro-batches when done (8 episodes, MicroBatch 2: four).
 func TestGRPOStepPhases(t *testing.T) {
 	g := pretrainedGRPO(t, t.TempDir()).Pretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8).MicroBatch(2)).Minibatches(2)
@@ -750,9 +751,13 @@ func TestGRPOStepPhases(t *testing.T) {
 	if _, err := tr.Step(); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"rollouts: 8 episodes", "reference log-probs: 8 episodes",
+	want := []string{"rollouts: 8 episodes"}
+	for i := 1; i <= 8; i++ {
+		want = append(want, fmt.Sprintf("rollouts: %d of 8 episodes done", i))
+	}
+	want = append(want, "reference log-probs: 8 episodes",
 		"update 1/2", "update 1/2: micro-batch 1 of 2 done", "update 1/2: micro-batch 2 of 2 done",
-		"update 2/2", "update 2/2: micro-batch 1 of 2 done", "update 2/2: micro-batch 2 of 2 done"}
+		"update 2/2", "update 2/2: micro-batch 1 of 2 done", "update 2/2: micro-batch 2 of 2 done")
 	if !slices.Equal(got, want) {
 		t.Errorf("phases:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

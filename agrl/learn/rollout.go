@@ -77,7 +77,8 @@ func (p *Policy) play(loops []*agrl.TurnLoop, budget int, opt agrl.RolloutOption
 		}
 	}
 	var generated atomic.Int64 // Run calls back concurrently for different shards
-	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+	// step appends a completion to episode i and says what to feed it next, or that it ended.
+	step := func(i int, c Completion) ([]int32, bool) {
 		l := loops[i]
 		ep := l.Episode()
 		generated.Add(int64(len(c.Tokens)))
@@ -107,6 +108,14 @@ func (p *Policy) play(loops []*agrl.TurnLoop, budget int, opt agrl.RolloutOption
 		ep.LogProbs = append(ep.LogProbs, make([]float32, len(obs))...)
 		ep.LossMask = append(ep.LossMask, make([]uint8, len(obs))...)
 		return obs, true
+	}
+	ended := opt.EpisodeEnded(len(loops))
+	err = d.Run(func(i int, c Completion) ([]int32, bool) {
+		obs, more := step(i, c)
+		if !more {
+			ended()
+		}
+		return obs, more
 	})
 	if err != nil {
 		return nil, st, err

@@ -83,13 +83,23 @@ func TestRolloutUntrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, Seed: 3, MaxActionTokens: 12}, MaxTokens: 64}
+	var ended []int
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, Seed: 3, MaxActionTokens: 12}, MaxTokens: 64,
+		Progress: func(done, total int) {
+			if total != 6 {
+				t.Errorf("progress: total %d, want 6", total)
+			}
+			ended = append(ended, done)
+		}}
 	eps, st, err := p.Rollout(env, tasks, opt)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.Episodes != 6 || st.Generated == 0 || st.Steps == 0 {
 		t.Errorf("stats %+v", st)
+	}
+	if !slices.Equal(ended, []int{1, 2, 3, 4, 5, 6}) {
+		t.Errorf("progress: episodes ended %v, want 1 … 6", ended)
 	}
 	var seqs [][]int32
 	for _, ep := range eps {

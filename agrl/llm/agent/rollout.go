@@ -116,7 +116,14 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 	}); err != nil {
 		return nil, st, err
 	}
-	if err := r.parallel(len(r.eps), func(j int) error { return r.play(r.eps[j]) }); err != nil {
+	ended := opt.EpisodeEnded(len(r.eps))
+	if err := r.parallel(len(r.eps), func(j int) error {
+		if err := r.play(r.eps[j]); err != nil {
+			return err
+		}
+		ended()
+		return nil
+	}); err != nil {
 		return nil, st, err
 	}
 
