@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -109,7 +110,7 @@ func TestLLMThroughput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := benchGRPOBatch(rng, cfg.VocabSize, batch, seqLen)
+	b := benchGRPOBatch(rng, cfg.VocabSize, slices.Repeat([]int{seqLen}, batch))
 	scoreSpeed := func() float64 {
 		if _, err := p.Score(b.Tokens, 1); err != nil { // warm-up: compiles the graph, if any
 			t.Fatal(err)
@@ -227,11 +228,15 @@ func benchShape(t *testing.T, env string) (string, hf.Config, string) {
 	return shape, cfg, benchModelDir(t, shape, cfg)
 }
 
-// benchGRPOBatch is a GRPO train batch of rows sequences of seqLen random tokens: every
-// target a fresh policy token, normal advantages, weights summing to 1.
-func benchGRPOBatch(rng *rand.Rand, vocab, rows, seqLen int) TrainBatch {
+// benchGRPOBatch is a GRPO train batch of random token sequences of the given lengths:
+// every target a fresh policy token, normal advantages, weights summing to 1.
+func benchGRPOBatch(rng *rand.Rand, vocab int, lengths []int) TrainBatch {
 	b := TrainBatch{Values: map[string][][]float32{}}
-	for range rows {
+	targets := 0
+	for _, n := range lengths {
+		targets += n - 1
+	}
+	for _, seqLen := range lengths {
 		s := make([]int32, seqLen)
 		for i := range s {
 			s[i] = int32(rng.IntN(vocab))
@@ -246,7 +251,7 @@ func benchGRPOBatch(rng *rand.Rand, vocab, rows, seqLen int) TrainBatch {
 				case valAdv:
 					v[j] = float32(rng.NormFloat64())
 				case valWeight:
-					v[j] = float32(1 / float64(rows*(seqLen-1)))
+					v[j] = float32(1 / float64(targets))
 				}
 			}
 			b.Values[name] = append(b.Values[name], v)

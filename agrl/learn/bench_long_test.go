@@ -41,12 +41,18 @@ func TestLongStepMemory(t *testing.T) {
 		}
 		return out
 	}
-	widths, lengths := ints("AGRL_BENCH_WIDTHS"), ints("AGRL_BENCH_BATCH")
-	if widths == nil {
-		widths = []int{512, 1024, 2048}
+	// batches are the lengths of each measured batch's sequences: one sequence a width, or
+	// AGRL_BENCH_BATCH's one batch.
+	var batches [][]int
+	for _, w := range ints("AGRL_BENCH_WIDTHS") {
+		batches = append(batches, []int{w})
 	}
+	if batches == nil {
+		batches = [][]int{{512}, {1024}, {2048}}
+	}
+	lengths := ints("AGRL_BENCH_BATCH")
 	if lengths != nil {
-		widths = []int{0} // one batch, of those lengths
+		batches = [][]int{lengths}
 	}
 	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
 	if err != nil {
@@ -64,22 +70,10 @@ func TestLongStepMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	for _, w := range widths {
-		var b TrainBatch
+	for _, seqs := range batches {
+		b := benchGRPOBatch(rng, cfg.VocabSize, seqs)
 		tokens := 0
-		seqs := []int{w}
-		if lengths != nil {
-			seqs = lengths
-		}
 		for _, n := range seqs {
-			one := benchGRPOBatch(rng, cfg.VocabSize, 1, n)
-			b.Tokens = append(b.Tokens, one.Tokens...)
-			if b.Values == nil {
-				b.Values = map[string][][]float32{}
-			}
-			for k, v := range one.Values {
-				b.Values[k] = append(b.Values[k], v...)
-			}
 			tokens += n - 1
 		}
 		runtime.GC()
@@ -104,7 +98,7 @@ func TestLongStepMemory(t *testing.T) {
 		if lengths != nil {
 			rec["lengths"] = lengths
 		} else {
-			rec["width"], rec["segmented"] = w, p.segmented(w)
+			rec["width"], rec["segmented"] = seqs[0], p.segmented(seqs[0])
 		}
 		line, _ := json.Marshal(rec)
 		fmt.Println(string(line))

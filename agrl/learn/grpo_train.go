@@ -883,6 +883,11 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 	if t.recordAll || every(t.cfg.TrajectoriesEvery, step) || step == 1 {
 		rec = t.newStepRecord(step, eps, adv, roll)
 	}
+	at := "" // the optimizer step the update is at, "update k/n", for OnPhase
+	if m, ok := t.learner.(microBatcher); ok && t.onPhase != nil {
+		m.onMicroBatches(func(done, total int) { t.phase(step, "%s: micro-batch %d of %d done", at, done, total) })
+		defer m.onMicroBatches(nil)
+	}
 	for epoch := 0; epoch < t.cfg.Epochs; epoch++ {
 		if epoch > 0 {
 			shuffle.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -899,17 +904,9 @@ func (t *GRPOTrainer) Step() (agrl.Metrics, error) {
 					return nil, fmt.Errorf("agrl: step %d: step record: %w", step, err)
 				}
 			}
-			k, n := epoch*t.cfg.Minibatches+mb+1, t.cfg.Epochs*t.cfg.Minibatches
-			t.phase(step, "update %d/%d", k, n)
-			if m, ok := t.learner.(microBatcher); ok && t.onPhase != nil {
-				m.onMicroBatches(func(done, total int) {
-					t.phase(step, "update %d/%d: micro-batch %d of %d done", k, n, done, total)
-				})
-			}
+			at = fmt.Sprintf("update %d/%d", epoch*t.cfg.Minibatches+mb+1, t.cfg.Epochs*t.cfg.Minibatches)
+			t.phase(step, "%s", at)
 			st, err := t.learner.Step(batch)
-			if m, ok := t.learner.(microBatcher); ok {
-				m.onMicroBatches(nil)
-			}
 			if err != nil {
 				return nil, fmt.Errorf("agrl: step %d: update: %w", step, err)
 			}

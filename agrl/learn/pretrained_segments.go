@@ -350,7 +350,6 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, rows, widt
 			_ = o.FinalizeAll()
 		}
 	}
-	top = nil
 
 	// 5. Backward through the layers, last first.
 	dy := tensors.FromFlatDataAndDimensions(dtop, rows, width, hid)

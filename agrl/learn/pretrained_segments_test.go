@@ -132,14 +132,7 @@ func TestSegmentedStep(t *testing.T) {
 				var worstRel, largest float64
 				where := ""
 				for i, g := range runs[0].grads[step] {
-					var scale, worst float64
-					at := 0
-					for j, x := range g {
-						scale = max(scale, math.Abs(float64(x)))
-						if d := math.Abs(float64(x - runs[1].grads[step][i][j])); d > worst {
-							worst, at = d, j
-						}
-					}
+					worst, scale, at := gradGap(g, runs[1].grads[step][i])
 					largest = max(largest, scale)
 					if scale == 0 {
 						continue // B zero at the first step: A's gradient is 0 in both
@@ -185,6 +178,18 @@ func segTestBatch(vocab int, lens ...int) TrainBatch {
 		b.Values["mask"] = append(b.Values["mask"], mask)
 	}
 	return b
+}
+
+// gradGap compares one variable's gradients from two runs: the largest difference, where it
+// is, and the largest magnitude of a's.
+func gradGap(a, b []float32) (worst, scale float64, at int) {
+	for j, x := range a {
+		scale = max(scale, math.Abs(float64(x)))
+		if d := math.Abs(float64(x - b[j])); d > worst {
+			worst, at = d, j
+		}
+	}
+	return worst, scale, at
 }
 
 func clone2(g [][]float32) [][]float32 {
