@@ -306,11 +306,12 @@ func (a *Adapters) fits(c hf.Config) error {
 }
 
 // add adds scale·B(A x) of layer l's projection mod, if adapted, to y ([rows, out]) for x
-// ([rows, in]). A zero term is skipped, so adapters with B = 0 leave y bit for bit as it was.
-func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
+// ([rows, in]), and returns A x ([rows, rank]; nil where mod is not adapted). A zero term is
+// skipped, so adapters with B = 0 leave y bit for bit as it was.
+func (a *Adapters) add(l, mod int, y, x []float32, rows int) []float32 {
 	p := a.layers[l][mod]
 	if p == nil {
-		return
+		return nil
 	}
 	r := a.cfg.Rank
 	var u, d []float32
@@ -329,6 +330,7 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) {
 			y[i] += v
 		}
 	}
+	return u
 }
 
 // merged returns w + scale·B·A for p's weight w, the product summed and scaled in float64 and

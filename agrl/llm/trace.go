@@ -1,0 +1,468 @@
+package llm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"agrl.dev/internal/parallel"
+)
+
+// Training through the adapters on the host: Trace runs one sequence forward as Step does,
+// keeping what the backward pass needs, and Backward takes the gradient of a loss with respect
+// to the final hidden states back through the decoder to the LoRA adapters. The base weights
+// stay frozen: the backward pass multiplies by them (one product per projection, the input's
+// gradient) but computes no gradient for them, which is what makes a LoRA step cost about two
+// forward passes instead of three. The LM head is left to the caller (Hidden, Head), which
+// turns its loss over the logits into the hidden states' gradient.
+//
+// What a Trace keeps, per layer and position: the residual stream entering each half of the
+// layer, the queries, keys and values (after RoPE; with Qwen3's norms, before them too), the
+// attention's output, the MLP's two pre-activations and each adapter's A·x. About 23 KB a
+// position and layer at the SmolLM2-135M shape (0.7 MB a position in all), 70 KB at
+// Qwen3-0.6B's. The attention's weights are recomputed in the backward pass, not kept (they
+// are positions² per head).
+
+// mulKernel, when set by SetMul, computes mul's products.
+var mulKernel func(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool)
+
+// SetMul installs the product kernel of the backward pass: f(m, n, k, a, ai, ak, b, ldb, c,
+// ldc, add) sets (or, with add, adds to) the m×n matrix C at c (element (i, j) at c[i·ldc+j])
+// the product A·B of the m×k matrix A at a (element (i, p) at a[i·ai+p·ak]: any strides, so
+// that a transpose is read in place) and the k×n matrix B at b (element (p, j) at
+// b[p·ldb+j]). It may spread the work over the cores. nil restores the portable loop. agrl/learn
+// installs its vector kernels with it; set it before any backward pass runs.
+func SetMul(f func(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool)) {
+	mulKernel = f
+}
+
+// mul is C (+)= A·B with SetMul's conventions: the installed kernel, or the portable loop.
+func mul(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool) {
+	if mulKernel != nil {
+		mulKernel(m, n, k, a, ai, ak, b, ldb, c, ldc, add)
+		return
+	}
+	parallel.Rows(m, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			ci := c[i*ldc : i*ldc+n]
+			if !add {
+				clear(ci)
+			}
+			for p := range k {
+				av := a[i*ai+p*ak]
+				if av == 0 {
+					continue
+				}
+				bp := b[p*ldb : p*ldb+n]
+				for j := range ci {
+					ci[j] += av * bp[j]
+				}
+			}
+		}
+	})
+}
+
+// A Trace is one sequence's forward pass kept for its backward pass (Model.Trace). It belongs
+// to the model and adapters it was made with; Backward reads them as they are, so they must not
+// change in between.
+type Trace struct {
+	m        *Model
+	n        int       // positions
+	cos, sin []float32 // RoPE's angles, [n, head_dim/2]
+	layers   []traceLayer
+	last     []float32 // the residual stream after the last layer, [n, hidden]
+	hidden   []float32 // last after the final norm: what the LM head multiplies
+}
+
+// traceLayer is what one layer's backward pass reads.
+type traceLayer struct {
+	x, mid     []float32 // the stream entering the attention half and the MLP half, [n, hidden]
+	qRaw, kRaw []float32 // Qwen3: the queries and keys before their norms
+	q, k, v    []float32 // after the norms and RoPE: [n, heads·head_dim], [n, kv·head_dim] ×2
+	att        []float32 // the attention's output, o_proj's input, [n, heads·head_dim]
+	gate, up   []float32 // the MLP's pre-activations, [n, intermediate]
+	xa         [numModules][]float32
+}
+
+// Trace runs the model (with its adapters, if any) over ids from position 0, as Logits would,
+// and keeps what Backward needs. ids must be non-empty, inside the vocabulary and no longer
+// than max_position_embeddings. Its hidden states are bit for bit those of Step over the same
+// ids.
+func (m *Model) Trace(ids []int32) (*Trace, error) {
+	if err := m.check(m.NewCache(), ids); err != nil {
+		return nil, err
+	}
+	cfg := m.cfg
+	root := m.base()
+	H, D, T := cfg.HiddenSize, cfg.HeadDim, len(ids)
+	nq, nkv, I := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
+	eps := cfg.RMSNormEps
+	tr := &Trace{m: m, n: T, cos: make([]float32, T*D/2), sin: make([]float32, T*D/2)}
+	x := make([]float32, T*H)
+	for t, id := range ids {
+		for j, f := range m.invFreq {
+			a := float64(t) * f
+			tr.cos[t*D/2+j], tr.sin[t*D/2+j] = float32(m.ropeScale*math.Cos(a)), float32(m.ropeScale*math.Sin(a))
+		}
+		copy(x[t*H:(t+1)*H], root.embed[int(id)*H:])
+	}
+	h := make([]float32, T*H)
+	for l := range m.layers {
+		ly := &m.layers[l]
+		tl := traceLayer{x: x}
+		rmsNorm(h, x, ly.inputNorm, H, eps)
+		tl.q = m.traceProj(&tl, l, qProj, h, T, H, ly.wq, nq*D, ly.bq)
+		tl.k = m.traceProj(&tl, l, kProj, h, T, H, ly.wk, nkv*D, ly.bk)
+		tl.v = m.traceProj(&tl, l, vProj, h, T, H, ly.wv, nkv*D, ly.bv)
+		if ly.qNorm != nil {
+			tl.qRaw, tl.kRaw = tl.q, tl.k
+			tl.q, tl.k = make([]float32, len(tl.qRaw)), make([]float32, len(tl.kRaw))
+			rmsNorm(tl.q, tl.qRaw, ly.qNorm, D, eps)
+			rmsNorm(tl.k, tl.kRaw, ly.kNorm, D, eps)
+		}
+		rope(tl.q, T, nq, D, tr.cos, tr.sin)
+		rope(tl.k, T, nkv, D, tr.cos, tr.sin)
+		tl.att = make([]float32, T*nq*D)
+		attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
+		mid := append([]float32(nil), x...)
+		addTo(mid, m.traceProj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo))
+		tl.mid = mid
+
+		rmsNorm(h, mid, ly.postNorm, H, eps)
+		tl.gate = m.traceProj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
+		tl.up = m.traceProj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
+		act := swiglu(tl.gate, tl.up, T, I)
+		x = append([]float32(nil), mid...)
+		addTo(x, m.traceProj(&tl, l, downProj, act, T, I, ly.down, H, ly.bDown))
+		tr.layers = append(tr.layers, tl)
+	}
+	tr.last = x
+	tr.hidden = make([]float32, T*H)
+	rmsNorm(tr.hidden, x, root.norm, H, eps)
+	return tr, nil
+}
+
+// swiglu is silu(gate)·up, row by row over the cores, as the forward pass computes it.
+func swiglu(gate, up []float32, T, I int) []float32 {
+	out := make([]float32, len(gate))
+	parallel.Rows(T, func(lo, hi int) {
+		for i := lo * I; i < hi*I; i++ {
+			out[i] = silu(gate[i]) * up[i]
+		}
+	})
+	return out
+}
+
+// traceProj is proj keeping the adapter's A·x (the same products, so the same bits).
+func (m *Model) traceProj(tl *traceLayer, l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
+	var y []float32
+	if w == nil {
+		y = linearT(x, rows, in, m.layers[l].t[mod], out, b)
+	} else {
+		y = linear(x, rows, in, w, out, b)
+	}
+	if m.lora != nil {
+		tl.xa[mod] = m.lora.add(l, mod, y, x, rows)
+	}
+	return y
+}
+
+// Len is the number of positions traced.
+func (tr *Trace) Len() int { return tr.n }
+
+// Hidden returns the final hidden states, [Len, hidden_size] row-major: the final norm's output,
+// which the LM head multiplies (Head) to give the logits. The slice is the trace's own; do not
+// modify it.
+func (tr *Trace) Hidden() []float32 { return tr.hidden }
+
+// Head returns the LM head's matrix, [vocab_size, hidden_size] row-major (the embeddings when
+// they are tied): the logits of hidden states h are h·Headᵀ. The slice is the model's own
+// storage; do not modify it.
+func (m *Model) Head() []float32 { return m.base().head }
+
+// Backward adds to grads the gradient, with respect to the model's adapters, of a loss whose
+// gradient with respect to Hidden is dh ([Len, hidden_size]). grads must be adapters of the
+// trace's model's configuration (NewGradients makes them): their matrices receive the sums, in
+// PEFT's layout. The model must have adapters. Backward may be called once per trace; it
+// frees the trace's memory as it goes.
+func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
+	m := tr.m
+	switch {
+	case tr.layers == nil:
+		return errors.New("llm: Backward: the trace was used already")
+	case m.lora == nil:
+		return errors.New("llm: Backward: the model has no adapters to train")
+	case grads == nil:
+		return errors.New("llm: Backward: nil gradients")
+	case len(dh) != tr.n*m.cfg.HiddenSize:
+		return fmt.Errorf("llm: Backward: %d gradient values for %d positions of %d", len(dh), tr.n, m.cfg.HiddenSize)
+	}
+	if err := grads.fits(m.cfg); err != nil {
+		return fmt.Errorf("llm: Backward: %w", err)
+	}
+	if !sameAdapterShape(grads, m.lora) {
+		return fmt.Errorf("llm: Backward: the gradients' adapters are rank %d on %v, the model's rank %d on %v",
+			grads.cfg.Rank, grads.cfg.TargetModules, m.lora.cfg.Rank, m.lora.cfg.TargetModules)
+	}
+	cfg := m.cfg
+	root := m.base()
+	H, D, T := cfg.HiddenSize, cfg.HeadDim, tr.n
+	nq, nkv, I := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
+	eps := cfg.RMSNormEps
+
+	dx := make([]float32, T*H)
+	rmsNormBack(dx, tr.last, root.norm, dh, H, eps)
+	tr.last, tr.hidden = nil, nil
+	h := make([]float32, T*H)
+	for l := len(tr.layers) - 1; l >= 0; l-- {
+		ly, tl := &m.layers[l], &tr.layers[l]
+
+		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
+		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
+		act := swiglu(tl.gate, tl.up, T, I)
+		dAct := make([]float32, T*I)
+		m.projBack(grads, tl, l, downProj, dx, act, T, I, ly.down, H, dAct)
+		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
+			for i := lo * I; i < hi*I; i++ {
+				g, u, da := tl.gate[i], tl.up[i], dAct[i]
+				s := float32(1 / (1 + math.Exp(-float64(g))))
+				tl.gate[i] = da * u * s * (1 + g*(1-s))
+				tl.up[i] = da * g * s
+			}
+		})
+		dh2 := make([]float32, T*H)
+		m.projBack(grads, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
+		m.projBack(grads, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
+		tl.gate, tl.up = nil, nil
+		rmsNormBack(dx, tl.mid, ly.postNorm, dh2, H, eps)
+
+		// Attention half: mid = x + o(attend(rope(q), rope(k), v)) over h = norm(x).
+		rmsNorm(h, tl.x, ly.inputNorm, H, eps)
+		dAtt := make([]float32, T*nq*D)
+		m.projBack(grads, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
+		dq, dk, dv := make([]float32, T*nq*D), make([]float32, T*nkv*D), make([]float32, T*nkv*D)
+		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
+		ropeBack(dq, T, nq, D, tr.cos, tr.sin)
+		ropeBack(dk, T, nkv, D, tr.cos, tr.sin)
+		if ly.qNorm != nil {
+			dqr, dkr := make([]float32, len(dq)), make([]float32, len(dk))
+			rmsNormBack(dqr, tl.qRaw, ly.qNorm, dq, D, eps)
+			rmsNormBack(dkr, tl.kRaw, ly.kNorm, dk, D, eps)
+			dq, dk = dqr, dkr
+		}
+		dh1 := make([]float32, T*H)
+		m.projBack(grads, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
+		m.projBack(grads, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
+		m.projBack(grads, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
+		rmsNormBack(dx, tl.x, ly.inputNorm, dh1, H, eps)
+		tr.layers[l] = traceLayer{}
+	}
+	tr.layers = nil
+	return nil
+}
+
+// projBack is the backward pass of traceProj for projection mod of layer l: given dy, the
+// gradient of its output [rows, out], and x, its input [rows, in], it adds the input's
+// gradient to dx and, where the projection is adapted, the adapter's gradients to grads. The
+// weight w is [out, in]; nil means the model holds it transposed (Share).
+func (m *Model) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []float32, rows, in int, w []float32, out int, dx []float32) {
+	if w != nil { // dx += dy·W, W [out, in]
+		mul(rows, in, out, dy, out, 1, w, in, dx, in, true)
+	} else { // dx += dy·tᵀ, t [in, out]: as (t·dyᵀ)ᵀ, which reads t row by row
+		dyT := transposeF(dy, rows, out)
+		dxT := make([]float32, in*rows)
+		mul(in, rows, out, m.layers[l].t[mod], out, 1, dyT, rows, dxT, rows, false)
+		addTransposed(dx, dxT, in, rows)
+	}
+	p := m.lora.layers[l][mod]
+	if p == nil {
+		return
+	}
+	g := grads.layers[l][mod]
+	r, s := m.lora.cfg.Rank, m.lora.scale
+	xa := tl.xa[mod] // A·x, [rows, r]
+	// y += s·(x·Aᵀ)·Bᵀ: dB += s·dyᵀ·xa, d(xa) = s·dy·B, dA += d(xa)ᵀ·x, dx += d(xa)·A.
+	sxa := make([]float32, len(xa))
+	for i, v := range xa {
+		sxa[i] = s * v
+	}
+	mul(out, r, rows, dy, 1, out, sxa, r, g.b, r, true)
+	dxa := make([]float32, rows*r)
+	mul(rows, r, out, dy, out, 1, p.b, r, dxa, r, false)
+	for i := range dxa {
+		dxa[i] *= s
+	}
+	mul(r, in, rows, dxa, 1, r, x, in, g.a, in, true)
+	mul(rows, in, r, dxa, r, 1, p.a, in, dx, in, true)
+	tl.xa[mod] = nil
+}
+
+// attendBack is the backward pass of attend over one sequence from position 0: given q, k
+// and v as attend read them (after RoPE), its output att and the output's gradient dAtt, it
+// writes the gradients of q, k and v. The attention weights are recomputed from q and k, head
+// by head: P = softmax(q·kᵀ/√D) over the visible positions, dV = Pᵀ·dO, dP = dO·Vᵀ,
+// dS = P ⊙ (dP − rowsum(dO ⊙ O)), dQ = dS·K/√D, dK = dSᵀ·Q/√D.
+func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
+	clear(dk)
+	clear(dv)
+	scale := float32(1 / math.Sqrt(float64(D)))
+	group, qw, kvw := nq/nkv, nq*D, nkv*D
+	p, dp := make([]float32, T*T), make([]float32, T*T)
+	delta := make([]float32, T)
+	for kh := range nkv {
+		kt := transposeStrided(k[kh*D:], T, D, kvw) // [D, T]
+		vt := transposeStrided(v[kh*D:], T, D, kvw)
+		for g := range group {
+			hd := kh*group + g
+			mul(T, T, D, q[hd*D:], qw, 1, kt, T, p, T, false)
+			mul(T, T, D, dAtt[hd*D:], qw, 1, vt, T, dp, T, false)
+			parallel.Rows(T, func(lo, hi int) {
+				for t := lo; t < hi; t++ {
+					o, do := att[t*qw+hd*D:t*qw+hd*D+D], dAtt[t*qw+hd*D:t*qw+hd*D+D]
+					var d float32
+					for i := range o {
+						d += o[i] * do[i]
+					}
+					delta[t] = d
+					row, drow := p[t*T:(t+1)*T], dp[t*T:(t+1)*T]
+					vis := row[:t+1]
+					mx := float32(math.Inf(-1))
+					for j, s := range vis {
+						vis[j] = s * scale
+						mx = max(mx, vis[j])
+					}
+					sum := expSumLoop(vis, mx)
+					for j := range vis {
+						vis[j] /= sum
+						drow[j] = vis[j] * (drow[j] - delta[t]) * scale
+					}
+					clear(row[t+1:])
+					clear(drow[t+1:])
+				}
+			})
+			mul(T, D, T, dp, T, 1, k[kh*D:], kvw, dq[hd*D:], qw, false)
+			mul(T, D, T, dp, 1, T, q[hd*D:], qw, dk[kh*D:], kvw, true)
+			mul(T, D, T, p, 1, T, dAtt[hd*D:], qw, dv[kh*D:], kvw, true)
+		}
+	}
+}
+
+// expSumLoop replaces each x by exp(x − shift) and returns their sum: the installed kernel
+// (SetExpSum) or the portable loop.
+func expSumLoop(x []float32, shift float32) float32 {
+	if expSumKernel != nil {
+		return expSumKernel(x, shift)
+	}
+	var sum float32
+	for j, v := range x {
+		e := float32(math.Exp(float64(v - shift)))
+		x[j] = e
+		sum += e
+	}
+	return sum
+}
+
+// expSumKernel, when set by SetExpSum, computes expSumLoop.
+var expSumKernel func(x []float32, shift float32) float32
+
+// SetExpSum installs f for the backward pass's softmax: f(x, shift) replaces each element of x
+// by exp(x − shift) and returns their sum. nil restores the portable loop.
+func SetExpSum(f func(x []float32, shift float32) float32) { expSumKernel = f }
+
+// ropeBack is rope's backward pass: each pair rotated back by its angle.
+func ropeBack(dx []float32, T, heads, D int, cos, sin []float32) {
+	half := D / 2
+	for t := range T {
+		ct, st := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
+		for hd := range heads {
+			v := dx[(t*heads+hd)*D : (t*heads+hd+1)*D]
+			for i := range half {
+				a, b := v[i], v[i+half]
+				v[i] = a*ct[i] + b*st[i]
+				v[i+half] = b*ct[i] - a*st[i]
+			}
+		}
+	}
+}
+
+// rmsNormBack adds to dx the gradient of rmsNorm's input x ([·, n] rows) given its output's
+// gradient dy, with w frozen: dx += r·(w⊙dy) − x·r³·mean(w⊙dy⊙x), r = 1/sqrt(mean(x²) + eps).
+func rmsNormBack(dx, x, w, dy []float32, n int, eps float64) {
+	parallel.Rows(len(x)/n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, gr, dr := x[r*n:(r+1)*n], dy[r*n:(r+1)*n], dx[r*n:(r+1)*n]
+			var ss, sg float64
+			for i, v := range xr {
+				ss += float64(v) * float64(v)
+				sg += float64(w[i]) * float64(gr[i]) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss/float64(n)+eps)
+			c := float32(sg / float64(n) * inv * inv * inv)
+			inv32 := float32(inv)
+			for i, v := range xr {
+				dr[i] += inv32*w[i]*gr[i] - c*v
+			}
+		}
+	})
+}
+
+// transposeF returns the [c, r] transpose of the row-major [r, c] matrix x.
+func transposeF(x []float32, r, c int) []float32 { return transposeStrided(x, r, c, c) }
+
+// transposeStrided returns the [c, r] transpose of the r×c matrix whose row i starts at
+// x[i·ld], in 16×16 tiles.
+func transposeStrided(x []float32, r, c, ld int) []float32 {
+	t := make([]float32, r*c)
+	const tile = 16
+	for i0 := 0; i0 < r; i0 += tile {
+		for j0 := 0; j0 < c; j0 += tile {
+			for i := i0; i < min(r, i0+tile); i++ {
+				row := x[i*ld : i*ld+c]
+				for j := j0; j < min(c, j0+tile); j++ {
+					t[j*r+i] = row[j]
+				}
+			}
+		}
+	}
+	return t
+}
+
+// addTransposed adds the transpose of the row-major [r, c] matrix x to dst ([c, r]).
+func addTransposed(dst, x []float32, r, c int) {
+	const tile = 16
+	for i0 := 0; i0 < r; i0 += tile {
+		for j0 := 0; j0 < c; j0 += tile {
+			for i := i0; i < min(r, i0+tile); i++ {
+				row := x[i*c : (i+1)*c]
+				for j := j0; j < min(c, j0+tile); j++ {
+					dst[j*r+i] += row[j]
+				}
+			}
+		}
+	}
+}
+
+// NewGradients returns zero adapters shaped as a (its configuration, layers and matrices): the
+// sums a Trace's Backward adds gradients into, named as a's matrices are.
+func (a *Adapters) NewGradients() *Adapters {
+	g := a.Clone()
+	for _, p := range g.params {
+		clear(p.Data)
+	}
+	return g
+}
+
+// sameAdapterShape reports whether a and b adapt the same projections at the same rank.
+func sameAdapterShape(a, b *Adapters) bool {
+	if a.cfg.Rank != b.cfg.Rank || len(a.layers) != len(b.layers) {
+		return false
+	}
+	for l := range a.layers {
+		for mod := range numModules {
+			if (a.layers[l][mod] == nil) != (b.layers[l][mod] == nil) {
+				return false
+			}
+		}
+	}
+	return true
+}

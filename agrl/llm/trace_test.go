@@ -1,0 +1,209 @@
+package llm
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// tracedVariants are the test checkpoints a trace is checked on: Llama, Qwen2 (biases) and
+// Qwen3 (q/k norms, tied embeddings, heads wider than the hidden size).
+var tracedVariants = []string{"llama", "qwen2", "qwen3"}
+
+// adapted returns the variant with rank-4 adapters on every projection, B random (so that the
+// adapters change the model and every gradient path carries signal).
+func adapted(t *testing.T, name string) (*Model, *Adapters) {
+	t.Helper()
+	m := loadVariant(t, name)
+	a, err := m.AddLoRA(LoRAConfig{Rank: 4, Alpha: 8, TargetModules: LoRAModules()}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	randomizeB(a, 5, 0.05)
+	return mustAdapt(t, m, a), a
+}
+
+func traceIDs(n int, vocab int) []int32 {
+	rng := rand.New(rand.NewPCG(9, 9))
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(vocab))
+	}
+	return ids
+}
+
+// TestTraceMatchesLogits: a trace's hidden states, through the head, are Logits' bit for bit.
+func TestTraceMatchesLogits(t *testing.T) {
+	for _, name := range tracedVariants {
+		m, _ := adapted(t, name)
+		ids := traceIDs(13, m.cfg.VocabSize)
+		tr, err := m.Trace(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := m.Logits(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		H, V := m.cfg.HiddenSize, m.cfg.VocabSize
+		flat := headProduct(tr.Hidden(), tr.Len(), H, m.Head(), V)
+		got := make([][]float32, tr.Len())
+		for r := range got {
+			got[r] = flat[r*V : (r+1)*V]
+		}
+		if !sameBits(got, want) {
+			t.Errorf("%s: the trace's logits differ from Logits' (max diff %g)", name, maxDiffRows(got, want))
+		}
+	}
+}
+
+// probeLoss is Σ hidden ⊙ r in float64: a loss whose gradient with respect to the hidden
+// states is r.
+func probeLoss(t *testing.T, m *Model, ids []int32, r []float32) float64 {
+	t.Helper()
+	tr, err := m.Trace(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s float64
+	for i, h := range tr.Hidden() {
+		s += float64(h) * float64(r[i])
+	}
+	return s
+}
+
+// TestBackwardFiniteDifferences: Backward's adapter gradients against central differences of
+// the loss, on elements of A and B of every projection of both layers.
+func TestBackwardFiniteDifferences(t *testing.T) {
+	for _, name := range tracedVariants {
+		m, a := adapted(t, name)
+		ids := traceIDs(11, m.cfg.VocabSize)
+		rng := rand.New(rand.NewPCG(4, 4))
+		r := make([]float32, len(ids)*m.cfg.HiddenSize)
+		for i := range r {
+			r[i] = float32(rng.NormFloat64())
+		}
+		tr, err := m.Trace(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := a.NewGradients()
+		if err := tr.Backward(r, g); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Backward(r, g); err == nil || !strings.Contains(err.Error(), "used already") {
+			t.Errorf("%s: a second Backward on one trace: %v", name, err)
+		}
+		gp := g.Params()
+		largest := 0.0
+		for _, p := range gp {
+			for _, v := range p.Data {
+				largest = max(largest, math.Abs(float64(v)))
+			}
+		}
+		if largest == 0 {
+			t.Fatalf("%s: every gradient is zero", name)
+		}
+		const eps = 1e-2
+		checked := 0
+		for k, p := range a.Params() {
+			for _, i := range []int{0, len(p.Data) / 2, len(p.Data) - 1} {
+				old := p.Data[i]
+				p.Data[i] = old + eps
+				up := probeLoss(t, m, ids, r)
+				p.Data[i] = old - eps
+				down := probeLoss(t, m, ids, r)
+				p.Data[i] = old
+				fd := (up - down) / (2 * eps)
+				got := float64(gp[k].Data[i])
+				if math.Abs(fd-got) > 1e-2*largest+2e-3*math.Abs(fd) {
+					t.Errorf("%s: %s[%d]: Backward %.6g, finite difference %.6g (largest gradient %.3g)", name, p.Name, i, got, fd, largest)
+				}
+				checked++
+			}
+		}
+		if checked != 2*7*2*3 {
+			t.Errorf("%s: %d elements checked", name, checked)
+		}
+	}
+}
+
+// TestBackwardTransposed: a model holding its projections transposed (as a shared GoMLX store
+// lays them out) gives the same gradients, to rounding.
+func TestBackwardTransposed(t *testing.T) {
+	m, a := adapted(t, "qwen2")
+	w := m.Weights()
+	for name, v := range w {
+		if _, l, mod := m.slot(name); l >= 0 && mod >= 0 {
+			out, in := moduleShape(m.cfg, mod)
+			w[name] = transposeF(v, out, in)
+		}
+	}
+	mt, err := FromWeightsTransposed(m.cfg, "", w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt = mustAdapt(t, mt, a)
+	ids := traceIDs(9, m.cfg.VocabSize)
+	r := make([]float32, len(ids)*m.cfg.HiddenSize)
+	for i := range r {
+		r[i] = float32(math.Sin(float64(i)))
+	}
+	grads := func(m *Model) []Param {
+		tr, err := m.Trace(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := a.NewGradients()
+		if err := tr.Backward(r, g); err != nil {
+			t.Fatal(err)
+		}
+		return g.Params()
+	}
+	g0, g1 := grads(m), grads(mt)
+	for k := range g0 {
+		scale := 0.0
+		for _, v := range g0[k].Data {
+			scale = max(scale, math.Abs(float64(v)))
+		}
+		if d := maxDiff32(g0[k].Data, g1[k].Data); d > 1e-5*scale || scale == 0 {
+			t.Errorf("%s: transposed weights' gradient differs by %g (largest %g)", g0[k].Name, d, scale)
+		}
+	}
+}
+
+// TestBackwardErrors: misuse is an error, not a panic.
+func TestBackwardErrors(t *testing.T) {
+	m, a := adapted(t, "llama")
+	ids := traceIDs(5, m.cfg.VocabSize)
+	dh := make([]float32, len(ids)*m.cfg.HiddenSize)
+	base := m.base()
+	tr, err := base.Trace(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Backward(dh, a.NewGradients()); err == nil || !strings.Contains(err.Error(), "no adapters") {
+		t.Errorf("a model without adapters: %v", err)
+	}
+	tr, _ = m.Trace(ids)
+	if err := tr.Backward(dh[1:], a.NewGradients()); err == nil || !strings.Contains(err.Error(), "gradient values") {
+		t.Errorf("a short gradient: %v", err)
+	}
+	other, err := base.AddLoRA(LoRAConfig{Rank: 2, Alpha: 4, TargetModules: []string{"q_proj"}}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Backward(dh, other.NewGradients()); err == nil || !strings.Contains(err.Error(), "rank") {
+		t.Errorf("gradients of other adapters: %v", err)
+	}
+	if err := tr.Backward(dh, nil); err == nil {
+		t.Error("nil gradients: no error")
+	}
+	if _, err := m.Trace(nil); err == nil {
+		t.Error("Trace of no tokens: no error")
+	}
+	if _, err := m.Trace([]int32{int32(m.cfg.VocabSize)}); err == nil {
+		t.Error("Trace of a token outside the vocabulary: no error")
+	}
+}
