@@ -28,7 +28,22 @@ func init() {
 		llm.SetProduct(hostProduct)
 		llm.SetAttention(hostAttend)
 		llm.SetHead(headNT)
+		llm.SetMul(hostMul)
+		llm.SetExpSum(expSum)
 	}
+}
+
+// hostMul is llm.SetMul's kernel (the LoRA backward pass, pretrained_host.go): C (+)= op(A)·B
+// on the gemm kernels, the rows over the cores, or for a few rows the columns.
+func hostMul(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool) {
+	workers := runtime.GOMAXPROCS(0)
+	if m >= 8*workers || n < 64*workers {
+		gemmRowsK(workers, m, n, k, a, ai, ak, b, ldb, c, ldc, add)
+		return
+	}
+	chunked(workers, n, 16, 64, func(lo, hi int) {
+		gemmK(m, hi-lo, k, a, ai, ak, b[lo:], ldb, c[lo:], ldc, add)
+	})
 }
 
 // transposed maps a weight (its first element, weakly) to its transposed copy.

@@ -94,6 +94,9 @@ type PretrainedPolicy struct {
 	// graphScoring makes Score use the graph where it would use the host model (tests
 	// compare the two).
 	graphScoring bool
+	// graphTraining makes LoRA steps take the graph where they would take the host
+	// (pretrained_host.go; tests compare the two, and check the graph path).
+	graphTraining bool
 	// segmentFrom, when positive, makes training calls of this many positions or more go
 	// segment by segment (tests; see segmented).
 	segmentFrom int
@@ -899,6 +902,10 @@ type pretrainedTrainer struct {
 	// onDone, when set (onMicroBatches), is told after each micro-batch of a step (with the
 	// policy locked: it must not call the policy).
 	onDone func(done, total int)
+	// lossExec is the loss over per-token statistics of host steps (pretrained_host.go), ban
+	// their log-softmax's zero mask.
+	lossExec *model.Exec
+	ban      []float32
 }
 
 func (t *pretrainedTrainer) onMicroBatches(fn func(done, total int)) { t.onDone = fn }
@@ -1074,6 +1081,14 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	step := t.steps() + 1
 	b = byLength(b, t.values)
 	chunks := p.chunks(b.Tokens)
+	var hostModel *llm.Model
+	var hostSums *llm.Adapters // the adapters' gradients of a host step, in PEFT's layout
+	if t.hostTraining() {
+		if hostModel, err = p.hostModel(); err != nil {
+			return agrl.StepStats{}, err
+		}
+		hostSums = p.host.NewGradients()
+	}
 	for ci, c := range chunks {
 		tok, lens, rows, width, err := p.pad(b.Tokens[c[0]:c[1]])
 		if err != nil {
@@ -1095,7 +1110,9 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		var loss float64
 		var metrics []float64
-		if p.segmented(width) {
+		if hostModel != nil {
+			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], rows, width, vals, sums, hostSums)
+		} else if p.segmented(width) {
 			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)
 		} else {
 			loss, metrics, err = t.wholeGrads(tok, lens, vals, sums, rng, add)
@@ -1120,6 +1137,11 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if !finite(st.Loss) {
 		st.Seconds = time.Since(start).Seconds()
 		return st, fmt.Errorf("agrl: train step %d: loss %v", step, st.Loss)
+	}
+	if hostSums != nil {
+		if err := t.storeGrads(hostSums, add); err != nil {
+			return st, err
+		}
 	}
 	for i, v := range vars {
 		if len(grads[i]) != v.Shape().Size() {

@@ -1,0 +1,199 @@
+package learn
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+
+	"agrl.dev/agrl/llm"
+	"github.com/gomlx/gomlx/core/graph"
+	"github.com/gomlx/gomlx/core/tensors"
+	"github.com/gomlx/gomlx/ml/model"
+)
+
+// LoRA training steps on the host: where the policy scores on the host (hostScoring: the go
+// backend, float32 products) and the host kernels run (GOEXPERIMENT=simd builds on AVX-512 or
+// AVX2 CPUs), a LoRA learner without dropout takes each micro-batch's gradients with
+// agrl/llm's Trace and Backward instead of the GoMLX graph: the forward pass the sampler runs
+// (the same kernels, the same bits), kept for a backward pass through the frozen weights to
+// the adapters. The loss stays the learner's GoMLX LossFunc over the per-token statistics, as
+// in the segmented step (pretrained_segments.go), which also gives its gradient with respect
+// to them; the optimizer's update is the graph's, unchanged, so optimizer state, checkpoints
+// and resume are the same either way.
+//
+// For each micro-batch (the graph path's chunks, so progress and the loss's shapes are the
+// same):
+//
+//  1. each sequence is traced (its positions 0 … n-2; the last token is only a target), and
+//     the LM head gives each position's log-prob of its target, entropy and top-1 flag (the
+//     logits are then dropped);
+//  2. the loss and its gradient with respect to those statistics (one small graph call);
+//  3. each sequence's head again, its logits' gradient (hostPass's output layer:
+//     invT·(dlogp·(onehot − p) − dent·p·(log p + H))), the hidden states' gradient through
+//     the head, and Trace.Backward into the adapters' gradient sums.
+//
+// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph). Measured in
+// docs/llm.md ("The LoRA step on the host").
+
+// hostTraining reports whether a learner's steps take the host path: LoRA without dropout,
+// on a policy that scores on the host with the host kernels installed.
+func (t *pretrainedTrainer) hostTraining() bool {
+	p := t.p
+	return hostKernels && !p.full && !t.dropout && p.graph.LoRA() != nil && p.hostScoring() && !p.graphTraining
+}
+
+// lossGraph: in logp, entropy, top1, valid [R, T-1], one [R, T] per value, one sum per value →
+// loss, metrics, dlogp, dentropy.
+func (t *pretrainedTrainer) lossGraph(_ *model.Scope, in []*graph.Node) []*graph.Node {
+	nv := len(t.values)
+	tl := in[3].Shape().Dimensions[1] + 1 // the values' width: one more than the statistics'
+	li := LossInputs{LogProbs: in[0], Entropy: in[1], Top1: in[2], Valid: in[3],
+		Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
+	for i, name := range t.values {
+		li.Values[name] = graph.Slice(in[4+i], graph.AxisRange(), graph.AxisRange(1, tl))
+		li.Sums[name] = in[4+nv+i]
+	}
+	loss, metrics := evalLoss(t.loss, li, &t.once, &t.metrics)
+	out := append([]*graph.Node{loss}, metrics...)
+	return append(out, graph.Gradient(loss, in[0], in[1])...)
+}
+
+// hostModel is the host model with the store's current adapters (p.mu held).
+func (p *PretrainedPolicy) hostModel() (*llm.Model, error) {
+	if err := p.syncHost(); err != nil {
+		return nil, err
+	}
+	return p.base.WithAdapters(p.host)
+}
+
+// hostGrads is one micro-batch's gradients on the host: seqs laid out as rows × width for the
+// loss (pad's layout), vals the values' [rows, width] tensors, sums their whole-batch sums. It
+// returns the loss and the metrics (t.metrics order) and adds the adapters' gradients into g.
+func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width int, vals []*tensors.Tensor, sums []float32, g *llm.Adapters) (float64, []float64, error) {
+	p := t.p
+	if t.lossExec == nil {
+		e, err := p.newExec("pretrained-host-loss", t.lossGraph)
+		if err != nil {
+			return 0, nil, err
+		}
+		t.lossExec = e
+	}
+	cfg := p.cfg
+	H, V := cfg.HiddenSize, cfg.VocabSize
+	head := m.Head()
+	if len(t.ban) != V {
+		t.ban = make([]float32, V)
+	}
+	nw := runtime.GOMAXPROCS(0)
+	np := width - 1
+	stats := make([][]float32, 4) // logp, entropy, top1, valid: [rows, np] each
+	for k := range stats {
+		stats[k] = make([]float32, rows*np)
+	}
+	traces := make([]*llm.Trace, len(seqs))
+	// headRows runs sequence i's hidden states through the head: each position's log-probs
+	// (in place of its logits) and probabilities, and its entropy.
+	headRows := func(i int) (lp, pr, ent []float32) {
+		tr := traces[i]
+		n := tr.Len()
+		lp = headNT(tr.Hidden(), n, H, head, V)
+		pr, ent = make([]float32, n*V), make([]float32, n)
+		rowsDo(nw, n, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				ent[r] = logSoftmaxRow(lp[r*V:(r+1)*V], t.ban, t.invT, pr[r*V:(r+1)*V])
+			}
+		})
+		return lp, pr, ent
+	}
+	for i, s := range seqs {
+		if len(s) < 2 { // no target: nothing to train
+			continue
+		}
+		tr, err := m.Trace(s[:len(s)-1])
+		if err != nil {
+			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
+		}
+		traces[i] = tr
+		lp, _, ent := headRows(i)
+		for r := range tr.Len() {
+			z := lp[r*V : (r+1)*V]
+			lt, at := z[s[r+1]], i*np+r
+			stats[0][at], stats[1][at], stats[3][at] = lt, ent[r], 1
+			if lt >= maxOf(z) {
+				stats[2][at] = 1
+			}
+		}
+	}
+	args := []any{}
+	for _, st := range stats {
+		args = append(args, tensors.FromFlatDataAndDimensions(st, rows, np))
+	}
+	for _, v := range vals {
+		args = append(args, v)
+	}
+	for _, x := range sums {
+		args = append(args, x)
+	}
+	out, err := call(t.lossExec, args...)
+	if err != nil {
+		return 0, nil, fmt.Errorf("agrl: train step (loss): %w", err)
+	}
+	defer func() {
+		for _, o := range out {
+			_ = o.FinalizeAll()
+		}
+	}()
+	loss := float64(tensors.MustCopyFlatData[float32](out[0])[0])
+	metrics := make([]float64, len(t.metrics))
+	for i := range t.metrics {
+		metrics[i] = float64(tensors.MustCopyFlatData[float32](out[1+i])[0])
+	}
+	if !finite(loss) { // the caller reports it; no backward pass through a NaN
+		return loss, metrics, nil
+	}
+	dlogp := tensors.MustCopyFlatData[float32](out[1+len(t.metrics)])
+	dent := tensors.MustCopyFlatData[float32](out[2+len(t.metrics)])
+	for i, s := range seqs {
+		tr := traces[i]
+		if tr == nil {
+			continue
+		}
+		n := tr.Len()
+		lp, pr, ent := headRows(i)
+		dz := pr // the logits' gradient, written over the probabilities as it reads them
+		rowsDo(nw, n, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				a, e := dlogp[i*np+r], dent[i*np+r]
+				row := dz[r*V : (r+1)*V]
+				outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ent[r], t.invT)
+				row[s[r+1]] += t.invT * a
+			}
+		})
+		dh := make([]float32, n*H)
+		gemmRowsSet(nw, n, H, V, dz, V, 1, head, H, dh, H)
+		if err := tr.Backward(dh, g); err != nil {
+			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
+		}
+		traces[i] = nil
+	}
+	return loss, metrics, nil
+}
+
+// storeGrads converts the adapters' gradient sums g (PEFT's layout: A [r, in], B [out, r])
+// to the store's layout of trainVars ([in, r], [r, out]) and adds each through add.
+func (t *pretrainedTrainer) storeGrads(g *llm.Adapters, add func(i int, g []float32)) error {
+	vars := t.p.trainVars()
+	params := g.Params()
+	if len(params) != len(vars) {
+		return fmt.Errorf("agrl: train step: %d adapter gradients for %d trained variables", len(params), len(vars))
+	}
+	for i, prm := range params {
+		dims := vars[i].Shape().Dimensions
+		name := strings.TrimSuffix(strings.TrimPrefix(prm.Name, "base_model.model."), ".weight")
+		if !strings.HasSuffix(vars[i].Path(), "/"+name) || len(prm.Shape) != 2 || len(dims) != 2 || dims[0] != prm.Shape[1] || dims[1] != prm.Shape[0] {
+			return fmt.Errorf("agrl: train step: gradient %s %v does not fit variable %s %v", prm.Name, prm.Shape, vars[i].Path(), dims)
+		}
+		add(i, transpose(prm.Data, prm.Shape[0], prm.Shape[1]))
+	}
+	return nil
+}
