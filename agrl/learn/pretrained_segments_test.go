@@ -90,6 +90,7 @@ func TestSegmentedStep(t *testing.T) {
 				if i == 1 {
 					p.segmentFrom = 2
 				}
+				p.graphTraining = true // the graphs, not the host's LoRA step (pretrained_host.go)
 				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
 				if err != nil {
 					t.Fatal(err)
