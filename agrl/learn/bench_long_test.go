@@ -21,7 +21,9 @@ import (
 // (default 512,1024,2048), or AGRL_BENCH_BATCH the lengths of one batch's sequences
 // (mixed lengths, trained as one step: its micro-batches as the policy cuts them);
 // AGRL_BENCH_SEGMENTED=1 takes every step segment by segment, =0
-// every step through the whole graph (default: as the policy decides, segmented). For each
+// every step through the whole graph, =auto through the graphs as the policy decides (by
+// default a step takes the host path where the learner trains there, pretrained_host.go,
+// else the graphs as the policy decides). For each
 // width it prints one JSON line: tokens/s (the faster of two steps after a warm-up step that
 // compiles the graphs) and the peak resident memory above the loaded model (VmHWM after the
 // loading's garbage was returned to the OS and the peak reset through /proc/self/clear_refs;
@@ -59,6 +61,7 @@ func TestLongStepMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	mode := os.Getenv("AGRL_BENCH_SEGMENTED")
+	p.graphTraining = mode != ""
 	switch mode {
 	case "1":
 		p.segmentFrom = 2
@@ -95,10 +98,15 @@ func TestLongStepMemory(t *testing.T) {
 		peak := procStatus(t, "VmHWM")
 		rec := map[string]any{"shape": shape, "train_tokens_per_s": round1(best),
 			"peak_above_model_gb": float64(int((peak-base)/1e7+0.5)) / 100}
+		host := l.(*pretrainedTrainer).hostTraining()
+		rec["on_host"] = host
 		if lengths != nil {
 			rec["lengths"] = lengths
 		} else {
-			rec["width"], rec["segmented"] = seqs[0], p.segmented(seqs[0])
+			rec["width"] = seqs[0]
+			if !host {
+				rec["segmented"] = p.segmented(seqs[0])
+			}
 		}
 		line, _ := json.Marshal(rec)
 		fmt.Println(string(line))

@@ -105,6 +105,10 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 		})
 		return lp, pr, ent
 	}
+	// The first pass's log-probs and entropies are kept for the backward pass while they fit
+	// hostKeepBytes (the probabilities are their exponentials); past it the head runs again.
+	lps, ents := make([][]float32, len(seqs)), make([][]float32, len(seqs))
+	kept := 0.0
 	for i, s := range seqs {
 		if len(s) < 2 { // no target: nothing to train
 			continue
@@ -122,6 +126,9 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 			if lt >= maxOf(z) {
 				stats[2][at] = 1
 			}
+		}
+		if kept += 4 * float64(len(lp)); kept <= hostKeepBytes {
+			lps[i], ents[i] = lp, ent
 		}
 	}
 	args := []any{}
@@ -159,7 +166,19 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 			continue
 		}
 		n := tr.Len()
-		lp, pr, ent := headRows(i)
+		lp, pr, ent := lps[i], []float32(nil), ents[i]
+		if lp != nil {
+			pr = make([]float32, len(lp))
+			rowsDo(nw, n, func(lo, hi int) {
+				for r := lo; r < hi; r++ {
+					copy(pr[r*V:(r+1)*V], lp[r*V:(r+1)*V])
+					expSum(pr[r*V:(r+1)*V], 0)
+				}
+			})
+		} else {
+			lp, pr, ent = headRows(i)
+		}
+		lps[i], ents[i] = nil, nil
 		dz := pr // the logits' gradient, written over the probabilities as it reads them
 		rowsDo(nw, n, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -178,6 +197,12 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 	}
 	return loss, metrics, nil
 }
+
+// hostKeepBytes bounds the log-probs a host step keeps from its first pass over the head
+// for its backward pass (a position's take the vocabulary's width in float32: 0.2 MB at
+// SmolLM2's 49,152, 0.6 MB at Qwen3's 151,936); past it, the rest run the head again. A
+// variable for tests.
+var hostKeepBytes = float64(1 << 30)
 
 // storeGrads converts the adapters' gradient sums g (PEFT's layout: A [r, in], B [out, r])
 // to the store's layout of trainVars ([in, r], [r, out]) and adds each through add.

@@ -2,6 +2,7 @@ package learn
 
 import (
 	"math"
+	"reflect"
 	"testing"
 
 	"agrl.dev/agrl"
@@ -28,7 +29,9 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 				stats []agrl.StepStats
 			}
 			var runs []*run
-			for _, graphPath := range []bool{false, true} {
+			// host (keeping the head's log-probs for the backward pass), graph, host (running the
+			// head again in the backward pass)
+			for _, graphPath := range []bool{false, true, false} {
 				p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(4, 8).MicroBatch(4), 5)
 				if err != nil {
 					t.Fatal(err)
@@ -48,12 +51,27 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 			}
 			batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8) // micro-batches of 4 and 3 (in 4 rows)
 			for step := range 2 {
-				for _, r := range runs {
+				for i, r := range runs {
+					if i == 2 {
+						hostKeepBytes = 0
+					}
 					st, err := r.tr.Step(batch)
+					hostKeepBytes = 1 << 30
 					if err != nil {
 						t.Fatal(err)
 					}
 					r.stats = append(r.stats, st)
+				}
+				// Keeping the log-probs or running the head again: the same statistics, so the same
+				// loss, and the probabilities from the log-probs' exponentials rather than the
+				// softmax's (the first step only: AdamW spreads the rounding, as below).
+				if step == 0 && !reflect.DeepEqual(runs[0].stats[step].Loss, runs[2].stats[step].Loss) {
+					t.Errorf("step %d: loss %v keeping the head's log-probs, %v without", step+1, runs[0].stats[step].Loss, runs[2].stats[step].Loss)
+				}
+				for i, g := range runs[2].grads[step] {
+					if worst, scale, _ := gradGap(g, runs[0].grads[step][i]); step == 0 && worst > 1e-5*scale {
+						t.Errorf("step %d variable %d: the head run again changes the gradient by %.3g (largest %.3g)", step+1, i, worst, scale)
+					}
 				}
 				host, gr := runs[0].stats[step], runs[1].stats[step]
 				near := func(what string, x, y float64) {
@@ -69,13 +87,21 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 				for m, v := range gr.Metrics {
 					near(m, host.Metrics[m], v)
 				}
+				// The second step's tolerance is wider: AdamW's first update moves each element by
+				// ±lr whatever its gradient's size, so an element whose gradient is rounding noise
+				// can move the other way in one run, and the second step starts from weights that
+				// differ there (measured: 1.2e-6 … 1.8e-6 at step 1, up to 1.6e-4 at step 2).
+				tol := []float64{1e-4, 1e-3}[step]
+				rel := 0.0
 				for i, g := range runs[1].grads[step] {
 					worst, scale, at := gradGap(g, runs[0].grads[step][i])
-					if worst > 1e-4*scale || scale == 0 || bad(scale) {
+					rel = max(rel, worst/scale)
+					if worst > tol*scale || scale == 0 || bad(scale) {
 						t.Errorf("step %d %s: host and graph gradients differ by %.3g at %d (largest %.3g)",
 							step+1, runs[1].tr.p.trainVars()[i].Path(), worst, at, scale)
 					}
 				}
+				t.Logf("step %d: largest relative gradient difference %.3g", step+1, rel)
 			}
 		})
 	}

@@ -18,9 +18,10 @@ import (
 //
 // What a Trace keeps, per layer and position: the residual stream entering each half of the
 // layer, the queries, keys and values (after RoPE; with Qwen3's norms, before them too), the
-// attention's output, the MLP's two pre-activations and each adapter's A·x. About 23 KB a
-// position and layer at the SmolLM2-135M shape (0.7 MB a position in all), 70 KB at
-// Qwen3-0.6B's. The attention's weights are recomputed in the backward pass, not kept (they
+// attention's output, the MLP's two pre-activations and its activation, and each adapter's
+// A·x. About 28 KB a
+// position and layer at the SmolLM2-135M shape with every projection adapted (0.8 MB a
+// position in all), 80 KB at Qwen3-0.6B's. The attention's weights are recomputed in the backward pass, not kept (they
 // are positions² per head).
 
 // mulKernel, when set by SetMul, computes mul's products.
@@ -81,6 +82,7 @@ type traceLayer struct {
 	q, k, v    []float32 // after the norms and RoPE: [n, heads·head_dim], [n, kv·head_dim] ×2
 	att        []float32 // the attention's output, o_proj's input, [n, heads·head_dim]
 	gate, up   []float32 // the MLP's pre-activations, [n, intermediate]
+	act        []float32 // silu(gate)·up, down_proj's input
 	xa         [numModules][]float32
 }
 
@@ -131,7 +133,8 @@ func (m *Model) Trace(ids []int32) (*Trace, error) {
 		rmsNorm(h, mid, ly.postNorm, H, eps)
 		tl.gate = m.traceProj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 		tl.up = m.traceProj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
-		act := swiglu(tl.gate, tl.up, T, I)
+		tl.act = swiglu(tl.gate, tl.up, T, I)
+		act := tl.act
 		x = append([]float32(nil), mid...)
 		addTo(x, m.traceProj(&tl, l, downProj, act, T, I, ly.down, H, ly.bDown))
 		tr.layers = append(tr.layers, tl)
@@ -219,9 +222,9 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 
 		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
 		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
-		act := swiglu(tl.gate, tl.up, T, I)
 		dAct := make([]float32, T*I)
-		m.projBack(grads, tl, l, downProj, dx, act, T, I, ly.down, H, dAct)
+		m.projBack(grads, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
+		tl.act = nil
 		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
 			for i := lo * I; i < hi*I; i++ {
 				g, u, da := tl.gate[i], tl.up[i], dAct[i]
