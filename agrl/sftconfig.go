@@ -148,9 +148,12 @@ type StepPhase struct {
 	// What is the phase in words: "rollouts: 16 episodes" (then "rollouts: 3 of 16 episodes
 	// done" as each ends), "reference log-probs: 16 episodes", "update 1/2", and, for a
 	// pretrained policy, "update 1/2: micro-batch 3 of 8 done" after each of its
-	// micro-batches.
+	// micro-batches; during the evaluations of a run (before training, every EvalEvery steps
+	// and after it), "evaluation before training, dev: 3 of 64 episodes done" as each episode ends,
+	// Step then the step evaluated after (0 before training).
 	What string
-	// Elapsed is the time since the step began.
+	// Elapsed is the time since the step began (for an evaluation's phases, since the split's
+	// evaluation began).
 	Elapsed time.Duration
 }
 

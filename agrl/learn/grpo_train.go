@@ -596,7 +596,34 @@ func (t *GRPOTrainer) demoEpisodes(ctx context.Context) ([]*agrl.Episode, []int,
 // EvaluateSplit plays k episodes of each task of the split with the current policy at the
 // evaluation temperature, scores them and summarises them.
 func (t *GRPOTrainer) EvaluateSplit(s agrl.Split, k int) (agrl.EvalResult, []*agrl.Episode, error) {
-	return EvaluatePolicy(t.model, t.env, t.rubric, t.splits[s], k, t.rolloutOptions(false, t.seedFor("eval-"+s.String(), t.step)))
+	return t.evaluateSplit(s, k, nil)
+}
+
+// evalProgress is what an evaluation of split s after step (label: agrl.LabelSFT, LabelFinal
+// or "" for one during training) tells OnPhase as each episode ends, with the time since the
+// split began (a pretrained model's evaluation takes minutes on a CPU): nil without OnPhase.
+func (t *GRPOTrainer) evalProgress(label string, s agrl.Split, step int) func(done, total int) {
+	if t.onPhase == nil {
+		return nil
+	}
+	when := fmt.Sprintf("at step %d", step)
+	switch label {
+	case agrl.LabelSFT:
+		when = "before training"
+	case agrl.LabelFinal:
+		when = "after training"
+	}
+	t.begun = time.Now()
+	return func(done, total int) {
+		t.phase(step, "evaluation %s, %s: %d of %d episodes done", when, s, done, total)
+	}
+}
+
+// evaluateSplit is EvaluateSplit telling progress, if not nil, as each episode ends.
+func (t *GRPOTrainer) evaluateSplit(s agrl.Split, k int, progress func(done, total int)) (agrl.EvalResult, []*agrl.Episode, error) {
+	opt := t.rolloutOptions(false, t.seedFor("eval-"+s.String(), t.step))
+	opt.Progress = progress
+	return EvaluatePolicy(t.model, t.env, t.rubric, t.splits[s], k, opt)
 }
 
 // EvaluatePolicy plays k episodes of every task with the policy, scores them with the rubric and
@@ -635,7 +662,7 @@ func (t *GRPOTrainer) evaluateAll(ctx context.Context, label string, step int) (
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		res, _, err := t.EvaluateSplit(s, 1)
+		res, _, err := t.evaluateSplit(s, 1, t.evalProgress(label, s, step))
 		if err != nil {
 			return nil, fmt.Errorf("agrl: evaluating %s on %s: %w", label, s, err)
 		}
@@ -737,7 +764,7 @@ func (t *GRPOTrainer) train(ctx context.Context) (*agrl.Summary, error) {
 			t.cfg.OnStep(m)
 		}
 		if every(t.cfg.EvalEvery, t.step) && t.step < t.cfg.Steps {
-			res, _, err := t.EvaluateSplit(agrl.Dev, 1)
+			res, _, err := t.evaluateSplit(agrl.Dev, 1, t.evalProgress("", agrl.Dev, t.step))
 			if err != nil {
 				return nil, err
 			}

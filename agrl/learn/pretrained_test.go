@@ -758,3 +758,50 @@ func TestGRPOStepPhases(t *testing.T) {
 		t.Errorf("phases:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// TestEvaluationPhases: the evaluations of a run tell OnPhase of each episode as it ends —
+// before training, during it (EvalEvery, dev only) and after it — each split's count from 1
+// to its tasks, with the time since the split began.
+func TestEvaluationPhases(t *testing.T) {
+	g := pretrainedGRPO(t, t.TempDir()).Steps(2).EvalEvery(1).CheckpointEvery(0)
+	tr, err := Build(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	var last time.Duration
+	tr.OnPhase(func(ph agrl.StepPhase) {
+		if !strings.HasPrefix(ph.What, "evaluation") {
+			return
+		}
+		if strings.HasSuffix(ph.What, ": 1 of 4 episodes done") {
+			last = 0
+		}
+		if ph.Elapsed < last {
+			t.Errorf("%q at %v, after %v", ph.What, ph.Elapsed, last)
+		}
+		last = ph.Elapsed
+		got = append(got, fmt.Sprintf("%d %s", ph.Step, ph.What))
+	})
+	if _, err := tr.Train(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	add := func(step int, when string, splits ...string) {
+		for _, s := range splits {
+			n := len(tr.Tasks(map[string]agrl.Split{"dev": agrl.Dev, "test": agrl.Test, "ood": agrl.OOD}[s]))
+			if n != 4 {
+				t.Fatalf("%s has %d tasks, the test expects 4", s, n)
+			}
+			for i := 1; i <= n; i++ {
+				want = append(want, fmt.Sprintf("%d evaluation %s, %s: %d of %d episodes done", step, when, s, i, n))
+			}
+		}
+	}
+	add(0, "before training", "dev", "test", "ood")
+	add(1, "at step 1", "dev")
+	add(2, "after training", "dev", "test", "ood")
+	if !slices.Equal(got, want) {
+		t.Errorf("phases:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -481,9 +481,11 @@ type progress struct {
 	alarms func() []agrl.Alarm
 	shown  map[string]bool
 	// phaseStep is the step of the phases shown since the last step line, nextPhase the
-	// elapsed time at which a log (not a terminal) gets the next phase line.
-	phaseStep int
-	nextPhase time.Duration
+	// elapsed time at which a log (not a terminal) gets the next phase line, lastElapsed the
+	// last phase's (an evaluation's phases start their clock again).
+	phaseStep   int
+	nextPhase   time.Duration
+	lastElapsed time.Duration
 }
 
 // phaseEvery is how long a step runs before a log gets a line of where it is, and then how
@@ -498,9 +500,10 @@ func (p *progress) phase(ph agrl.StepPhase) {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		return
 	}
-	if ph.Step != p.phaseStep {
+	if ph.Step != p.phaseStep || ph.Elapsed < p.lastElapsed {
 		p.phaseStep, p.nextPhase = ph.Step, phaseEvery
 	}
+	p.lastElapsed = ph.Elapsed
 	if ph.Elapsed >= p.nextPhase {
 		fmt.Fprintln(p.w, line)
 		p.nextPhase = ph.Elapsed + phaseEvery
