@@ -63,8 +63,18 @@
 // in place. Adapters.Save and LoadAdapters write and read PEFT's adapter directory
 // (adapter_config.json and adapter_model.safetensors), and Model.Save writes a Hugging Face
 // model directory with the adapters merged into the weights, W + (alpha/r)·B·A, as float32,
-// bfloat16 or float16. The forward pass is for inference: dropout is recorded, not applied,
-// and nothing here computes gradients.
+// bfloat16 or float16. The forward pass is for inference: dropout is recorded, not applied.
+//
+// # Gradients of the adapters
+//
+// Trace runs one sequence forward as Logits does (the same bits) and keeps what a backward
+// pass needs; Hidden and Head give the final hidden states and the LM head's matrix, from
+// which the caller computes its loss over the logits and that loss's gradient with respect to
+// the hidden states; Backward takes it back through the frozen decoder and adds the adapters'
+// gradients to an Adapters made by NewGradients (PEFT's layout and names). The base weights
+// get no gradient; LoRA dropout is not applied. agrl/learn trains a pretrained policy's
+// adapters this way on the CPU. SetMul and SetExpSum install faster kernels for the backward
+// pass, as SetLinear does for the forward one.
 //
 // # Test models
 //
