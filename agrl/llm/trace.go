@@ -271,11 +271,8 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 func (m *Model) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []float32, rows, in int, w []float32, out int, dx []float32) {
 	if w != nil { // dx += dy·W, W [out, in]
 		mul(rows, in, out, dy, out, 1, w, in, dx, in, true)
-	} else { // dx += dy·tᵀ, t [in, out]: as (t·dyᵀ)ᵀ, which reads t row by row
-		dyT := transposeF(dy, rows, out)
-		dxT := make([]float32, in*rows)
-		mul(in, rows, out, m.layers[l].t[mod], out, 1, dyT, rows, dxT, rows, false)
-		addTransposed(dx, dxT, in, rows)
+	} else { // dx += dy·tᵀ, t [in, out]: the LM head's product (SetHead), which reads t in place
+		addTo(dx, headProduct(dy, rows, out, m.layers[l].t[mod], in))
 	}
 	p := m.lora.layers[l][mod]
 	if p == nil {
@@ -428,21 +425,6 @@ func transposeStrided(x []float32, r, c, ld int) []float32 {
 		}
 	}
 	return t
-}
-
-// addTransposed adds the transpose of the row-major [r, c] matrix x to dst ([c, r]).
-func addTransposed(dst, x []float32, r, c int) {
-	const tile = 16
-	for i0 := 0; i0 < r; i0 += tile {
-		for j0 := 0; j0 < c; j0 += tile {
-			for i := i0; i < min(r, i0+tile); i++ {
-				row := x[i*c : (i+1)*c]
-				for j := j0; j < min(c, j0+tile); j++ {
-					dst[j*r+i] += row[j]
-				}
-			}
-		}
-	}
 }
 
 // NewGradients returns zero adapters shaped as a (its configuration, layers and matrices): the
