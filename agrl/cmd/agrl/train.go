@@ -517,7 +517,7 @@ func newProgress(w io.Writer, total int) *progress {
 			tty = st.Mode()&os.ModeCharDevice != 0
 		}
 	}
-	return &progress{w: w, total: total, tty: tty}
+	return &progress{w: w, total: total, tty: tty, nextPhase: phaseEvery}
 }
 
 func (p *progress) update(m agrl.Metrics) {

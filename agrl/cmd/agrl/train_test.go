@@ -330,6 +330,8 @@ func TestProgressPhases(t *testing.T) {
 	var out strings.Builder
 	p := newProgress(&out, 5)
 	for _, ph := range []agrl.StepPhase{
+		// the evaluation before training (step 0) under 30 s: nothing
+		{Step: 0, What: "evaluation before training, dev: 1 of 2 episodes done", Elapsed: 13 * time.Second},
 		{Step: 1, What: "rollouts: 8 episodes", Elapsed: time.Second},
 		{Step: 1, What: "update 1/1", Elapsed: 31 * time.Second},
 		{Step: 1, What: "update 1/1: micro-batch 1 of 4 done", Elapsed: 50 * time.Second},
