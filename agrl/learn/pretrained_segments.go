@@ -128,7 +128,6 @@ func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 		}
 		return p.graph, first
 	}
-	nv := len(t.values)
 	builders := []struct {
 		e  **model.Exec
 		fn func(_ *model.Scope, in []*graph.Node) []*graph.Node
@@ -162,18 +161,7 @@ func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 		}},
 		// in: logp, entropy, top1, valid [R, T-1], one [R, T] per value, one sum per value →
 		// loss, metrics, dlogp, dentropy
-		{&s.loss, func(_ *model.Scope, in []*graph.Node) []*graph.Node {
-			tl := in[3].Shape().Dimensions[1] + 1 // the values' width: one more than the statistics'
-			li := LossInputs{LogProbs: in[0], Entropy: in[1], Top1: in[2], Valid: in[3],
-				Values: map[string]*graph.Node{}, Sums: map[string]*graph.Node{}}
-			for i, name := range t.values {
-				li.Values[name] = graph.Slice(in[4+i], graph.AxisRange(), graph.AxisRange(1, tl))
-				li.Sums[name] = in[4+nv+i]
-			}
-			loss, metrics := evalLoss(t.loss, li, &t.once, &t.metrics)
-			out := append([]*graph.Node{loss}, metrics...)
-			return append(out, graph.Gradient(loss, in[0], in[1])...)
-		}},
+		{&s.loss, t.lossGraph},
 		// in: x chunk, targets, valid, dlogp, dentropy → dx, d(trainable head weights)
 		{&s.headBack, func(_ *model.Scope, in []*graph.Node) []*graph.Node {
 			g := in[0].Graph()

@@ -213,6 +213,10 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 	nq, nkv, I := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
 	eps := cfg.RMSNormEps
 
+	negSin := make([]float32, len(tr.sin)) // RoPE's backward pass: each pair turned back by its angle
+	for i, v := range tr.sin {
+		negSin[i] = -v
+	}
 	dx := make([]float32, T*H)
 	rmsNormBack(dx, tr.last, root.norm, dh, H, eps)
 	tr.last, tr.hidden = nil, nil
@@ -245,8 +249,8 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 		m.projBack(grads, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
 		dq, dk, dv := make([]float32, T*nq*D), make([]float32, T*nkv*D), make([]float32, T*nkv*D)
 		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
-		ropeBack(dq, T, nq, D, tr.cos, tr.sin)
-		ropeBack(dk, T, nkv, D, tr.cos, tr.sin)
+		rope(dq, T, nq, D, tr.cos, negSin)
+		rope(dk, T, nkv, D, tr.cos, negSin)
 		if ly.qNorm != nil {
 			dqr, dkr := make([]float32, len(dq)), make([]float32, len(dk))
 			rmsNormBack(dqr, tl.qRaw, ly.qNorm, dq, D, eps)
@@ -368,22 +372,6 @@ var expSumKernel func(x []float32, shift float32) float32
 // SetExpSum installs f for the backward pass's softmax: f(x, shift) replaces each element of x
 // by exp(x − shift) and returns their sum. nil restores the portable loop.
 func SetExpSum(f func(x []float32, shift float32) float32) { expSumKernel = f }
-
-// ropeBack is rope's backward pass: each pair rotated back by its angle.
-func ropeBack(dx []float32, T, heads, D int, cos, sin []float32) {
-	half := D / 2
-	for t := range T {
-		ct, st := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
-		for hd := range heads {
-			v := dx[(t*heads+hd)*D : (t*heads+hd+1)*D]
-			for i := range half {
-				a, b := v[i], v[i+half]
-				v[i] = a*ct[i] + b*st[i]
-				v[i+half] = b*ct[i] - a*st[i]
-			}
-		}
-	}
-}
 
 // rmsNormBack adds to dx the gradient of rmsNorm's input x ([·, n] rows) given its output's
 // gradient dy, with w frozen: dx += r·(w⊙dy) − x·r³·mean(w⊙dy⊙x), r = 1/sqrt(mean(x²) + eps).

@@ -58,6 +58,21 @@ func TestTraceMatchesLogits(t *testing.T) {
 	}
 }
 
+// traceGrads traces ids through m (adapters a) and returns the trace, used, and the adapters'
+// gradients of the loss whose gradient with respect to the hidden states is r.
+func traceGrads(t *testing.T, m *Model, a *Adapters, ids []int32, r []float32) (*Trace, []Param) {
+	t.Helper()
+	tr, err := m.Trace(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := a.NewGradients()
+	if err := tr.Backward(r, g); err != nil {
+		t.Fatal(err)
+	}
+	return tr, g.Params()
+}
+
 // probeLoss is Σ hidden ⊙ r in float64: a loss whose gradient with respect to the hidden
 // states is r.
 func probeLoss(t *testing.T, m *Model, ids []int32, r []float32) float64 {
@@ -84,18 +99,10 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		for i := range r {
 			r[i] = float32(rng.NormFloat64())
 		}
-		tr, err := m.Trace(ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := a.NewGradients()
-		if err := tr.Backward(r, g); err != nil {
-			t.Fatal(err)
-		}
-		if err := tr.Backward(r, g); err == nil || !strings.Contains(err.Error(), "used already") {
+		tr, gp := traceGrads(t, m, a, ids, r)
+		if err := tr.Backward(r, a.NewGradients()); err == nil || !strings.Contains(err.Error(), "used already") {
 			t.Errorf("%s: a second Backward on one trace: %v", name, err)
 		}
-		gp := g.Params()
 		largest := 0.0
 		for _, p := range gp {
 			for _, v := range p.Data {
@@ -150,18 +157,8 @@ func TestBackwardTransposed(t *testing.T) {
 	for i := range r {
 		r[i] = float32(math.Sin(float64(i)))
 	}
-	grads := func(m *Model) []Param {
-		tr, err := m.Trace(ids)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := a.NewGradients()
-		if err := tr.Backward(r, g); err != nil {
-			t.Fatal(err)
-		}
-		return g.Params()
-	}
-	g0, g1 := grads(m), grads(mt)
+	_, g0 := traceGrads(t, m, a, ids, r)
+	_, g1 := traceGrads(t, mt, a, ids, r)
 	for k := range g0 {
 		scale := 0.0
 		for _, v := range g0[k].Data {
