@@ -430,16 +430,22 @@ func linearLoop(x []float32, rows, in int, w []float32, out int, b []float32) []
 // A nil w is a projection the model holds transposed (Share): its [in, out] values are
 // multiplied as they are.
 func (m *Model) proj(l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
-	var y []float32
+	y, _ := m.projA(l, mod, x, rows, in, w, out, b)
+	return y
+}
+
+// projA is proj also returning the adapter's A x ([rows, rank]; nil where the projection is
+// not adapted), which a Trace keeps for its backward pass.
+func (m *Model) projA(l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) (y, xa []float32) {
 	if w == nil {
 		y = linearT(x, rows, in, m.layers[l].t[mod], out, b)
 	} else {
 		y = linear(x, rows, in, w, out, b)
 	}
 	if m.lora != nil {
-		m.lora.add(l, mod, y, x, rows)
+		xa = m.lora.add(l, mod, y, x, rows)
 	}
-	return y
+	return y, xa
 }
 
 // dot is Σ a[i]·b[i] in float32, over four partial sums.

@@ -156,17 +156,10 @@ func swiglu(gate, up []float32, T, I int) []float32 {
 	return out
 }
 
-// traceProj is proj keeping the adapter's A·x (the same products, so the same bits).
+// traceProj is proj keeping the adapter's A·x in tl.
 func (m *Model) traceProj(tl *traceLayer, l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
-	var y []float32
-	if w == nil {
-		y = linearT(x, rows, in, m.layers[l].t[mod], out, b)
-	} else {
-		y = linear(x, rows, in, w, out, b)
-	}
-	if m.lora != nil {
-		tl.xa[mod] = m.lora.add(l, mod, y, x, rows)
-	}
+	y, xa := m.projA(l, mod, x, rows, in, w, out, b)
+	tl.xa[mod] = xa
 	return y
 }
 
