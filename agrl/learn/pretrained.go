@@ -1110,7 +1110,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		var loss float64
 		var metrics []float64
-		if hostModel != nil {
+		if hostModel != nil && p.hostFits(b.Tokens[c[0]:c[1]]) {
 			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], rows, width, vals, sums, hostSums)
 		} else if p.segmented(width) {
 			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)

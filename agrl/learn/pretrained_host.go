@@ -32,8 +32,10 @@ import (
 //     invT·(dlogp·(onehot − p) − dent·p·(log p + H))), the hidden states' gradient through
 //     the head, and Trace.Backward into the adapters' gradient sums.
 //
-// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph). Measured in
-// docs/llm.md ("The LoRA step on the host").
+// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph). A micro-batch
+// whose traces would not fit the call budget (hostBytes, CallMemory) trains through the graphs
+// instead, which split it segment by segment. Measured in
+// docs/llm.md ("LoRA steps on the host").
 
 // hostTraining reports whether a learner's steps take the host path: LoRA without dropout,
 // on a policy that scores on the host with the host kernels installed.
@@ -91,44 +93,49 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 		stats[k] = make([]float32, rows*np)
 	}
 	traces := make([]*llm.Trace, len(seqs))
-	// headRows runs sequence i's hidden states through the head: each position's log-probs
-	// (in place of its logits) and probabilities, and its entropy.
-	headRows := func(i int) (lp, pr, ent []float32) {
-		tr := traces[i]
-		n := tr.Len()
-		lp = headNT(tr.Hidden(), n, H, head, V)
-		pr, ent = make([]float32, n*V), make([]float32, n)
+	// block runs rows r0 … r1-1 of sequence i's hidden states through the head: their
+	// log-probs (in place of the logits, [rows, V]), probabilities and entropies. The head
+	// goes headBlock positions at a time, so that its vocabulary-wide rows take bounded memory.
+	block := func(i, r0, r1 int, ent []float32) (lp, pr []float32) {
+		n := r1 - r0
+		lp = headNT(traces[i].Hidden()[r0*H:r1*H], n, H, head, V)
+		pr = make([]float32, n*V)
 		rowsDo(nw, n, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
-				ent[r] = logSoftmaxRow(lp[r*V:(r+1)*V], t.ban, t.invT, pr[r*V:(r+1)*V])
+				ent[r0+r] = logSoftmaxRow(lp[r*V:(r+1)*V], t.ban, t.invT, pr[r*V:(r+1)*V])
 			}
 		})
-		return lp, pr, ent
+		return lp, pr
 	}
-	// The first pass's log-probs and entropies are kept for the backward pass while they fit
-	// hostKeepBytes (the probabilities are their exponentials); past it the head runs again.
+	// The first pass's log-probs are kept for the backward pass while they fit hostKeepBytes
+	// (the probabilities are their exponentials); past it the head runs again.
 	lps, ents := make([][]float32, len(seqs)), make([][]float32, len(seqs))
 	kept := 0.0
 	for i, s := range seqs {
-		if len(s) < 2 { // no target: nothing to train
-			continue
-		}
-		tr, err := m.Trace(s[:len(s)-1])
+		tr, err := m.Trace(s[:len(s)-1]) // checkSeqs: at least one target
 		if err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
 		traces[i] = tr
-		lp, _, ent := headRows(i)
-		for r := range tr.Len() {
-			z := lp[r*V : (r+1)*V]
-			lt, at := z[s[r+1]], i*np+r
-			stats[0][at], stats[1][at], stats[3][at] = lt, ent[r], 1
-			if lt >= maxOf(z) {
-				stats[2][at] = 1
-			}
+		n := tr.Len()
+		ents[i] = make([]float32, n)
+		if kept += 4 * float64(n*V); kept <= hostKeepBytes {
+			lps[i] = make([]float32, n*V)
 		}
-		if kept += 4 * float64(len(lp)); kept <= hostKeepBytes {
-			lps[i], ents[i] = lp, ent
+		for r0 := 0; r0 < n; r0 += headBlock {
+			r1 := min(n, r0+headBlock)
+			lp, _ := block(i, r0, r1, ents[i])
+			for r := r0; r < r1; r++ {
+				z := lp[(r-r0)*V : (r-r0+1)*V]
+				lt, at := z[s[r+1]], i*np+r
+				stats[0][at], stats[1][at], stats[3][at] = lt, ents[i][r], 1
+				if lt >= maxOf(z) {
+					stats[2][at] = 1
+				}
+			}
+			if lps[i] != nil {
+				copy(lps[i][r0*V:], lp)
+			}
 		}
 	}
 	args := []any{}
@@ -162,40 +169,74 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 	dent := tensors.MustCopyFlatData[float32](out[2+len(t.metrics)])
 	for i, s := range seqs {
 		tr := traces[i]
-		if tr == nil {
-			continue
-		}
 		n := tr.Len()
-		lp, pr, ent := lps[i], []float32(nil), ents[i]
-		if lp != nil {
-			pr = make([]float32, len(lp))
-			rowsDo(nw, n, func(lo, hi int) {
+		dh := make([]float32, n*H)
+		for r0 := 0; r0 < n; r0 += headBlock {
+			r1 := min(n, r0+headBlock)
+			var lp, pr []float32
+			if lps[i] != nil {
+				lp, pr = lps[i][r0*V:r1*V], make([]float32, (r1-r0)*V)
+				rowsDo(nw, r1-r0, func(lo, hi int) {
+					copy(pr[lo*V:hi*V], lp[lo*V:hi*V])
+					for r := lo; r < hi; r++ {
+						expSum(pr[r*V:(r+1)*V], 0)
+					}
+				})
+			} else {
+				lp, pr = block(i, r0, r1, ents[i])
+			}
+			dz := pr // the logits' gradient, written over the probabilities as it reads them
+			rowsDo(nw, r1-r0, func(lo, hi int) {
 				for r := lo; r < hi; r++ {
-					copy(pr[r*V:(r+1)*V], lp[r*V:(r+1)*V])
-					expSum(pr[r*V:(r+1)*V], 0)
+					row, at := dz[r*V:(r+1)*V], i*np+r0+r
+					a, e := dlogp[at], dent[at]
+					outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ents[i][r0+r], t.invT)
+					row[s[r0+r+1]] += t.invT * a
 				}
 			})
-		} else {
-			lp, pr, ent = headRows(i)
+			gemmRowsSet(nw, r1-r0, H, V, dz, V, 1, head, H, dh[r0*H:], H)
 		}
-		lps[i], ents[i] = nil, nil
-		dz := pr // the logits' gradient, written over the probabilities as it reads them
-		rowsDo(nw, n, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				a, e := dlogp[i*np+r], dent[i*np+r]
-				row := dz[r*V : (r+1)*V]
-				outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ent[r], t.invT)
-				row[s[r+1]] += t.invT * a
-			}
-		})
-		dh := make([]float32, n*H)
-		gemmRowsSet(nw, n, H, V, dz, V, 1, head, H, dh, H)
+		lps[i] = nil
 		if err := tr.Backward(dh, g); err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
 		traces[i] = nil
 	}
 	return loss, metrics, nil
+}
+
+// headBlock is how many positions go through the LM head at once in a host step (a variable
+// for tests): their logits and probabilities take 2·headBlock·vocab float32s (50 MB at
+// SmolLM2's 49,152, 156 MB at Qwen3's 151,936).
+var headBlock = 128
+
+// hostBytes estimates the memory a host step takes for a micro-batch of sequences of lengths
+// n (tokens): each sequence's trace (llm.Trace: per position and layer, the stream twice,
+// three query-wide and three key-wide rows, three MLP-wide rows and the adapters' A·x), the
+// log-probs kept (at most hostKeepBytes), the head's block, and the attention backward pass's
+// two width × width buffers of the longest.
+func (p *PretrainedPolicy) hostBytes(n []int, rank int) float64 {
+	c := p.cfg
+	q, kv := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
+	perPos := 4 * float64(c.NumHiddenLayers) * float64(2*c.HiddenSize+3*q+3*kv+3*c.IntermediateSize+7*rank)
+	total, longest := 0.0, 0
+	for _, k := range n {
+		total += float64(k)
+		longest = max(longest, k)
+	}
+	V := float64(c.VocabSize)
+	return total*perPos + min(4*total*V, hostKeepBytes) + 8*float64(headBlock)*V + 8*float64(longest)*float64(longest)
+}
+
+// hostFits reports whether a micro-batch of seqs takes the host path within the call budget
+// (CallMemory); one that does not trains through the graphs, which split it segment by
+// segment where needed.
+func (p *PretrainedPolicy) hostFits(seqs [][]int32) bool {
+	n := make([]int, len(seqs))
+	for i, s := range seqs {
+		n[i] = len(s) - 1
+	}
+	return p.hostBytes(n, p.graph.LoRA().Rank) <= p.callBudget()
 }
 
 // hostKeepBytes bounds the log-probs a host step keeps from its first pass over the head

@@ -103,15 +103,6 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		if err := tr.Backward(r, a.NewGradients()); err == nil || !strings.Contains(err.Error(), "used already") {
 			t.Errorf("%s: a second Backward on one trace: %v", name, err)
 		}
-		largest := 0.0
-		for _, p := range gp {
-			for _, v := range p.Data {
-				largest = max(largest, math.Abs(float64(v)))
-			}
-		}
-		if largest == 0 {
-			t.Fatalf("%s: every gradient is zero", name)
-		}
 		const eps = 1e-2
 		checked := 0
 		for k, p := range a.Params() {
@@ -124,8 +115,11 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 				p.Data[i] = old
 				fd := (up - down) / (2 * eps)
 				got := float64(gp[k].Data[i])
-				if math.Abs(fd-got) > 1e-2*largest+2e-3*math.Abs(fd) {
-					t.Errorf("%s: %s[%d]: Backward %.6g, finite difference %.6g (largest gradient %.3g)", name, p.Name, i, got, fd, largest)
+				// Each matrix against its own largest gradient (1.5 … 55 here), so that a
+				// path with small gradients (queries and keys through the softmax, Qwen3's
+				// norms) is held as tightly as the others: measured at most 3.7e-4 of it.
+				if scale := matLargest(gp[k].Data); math.Abs(fd-got) > 3e-3*scale+2e-3*math.Abs(fd) || scale == 0 {
+					t.Errorf("%s: %s[%d]: Backward %.6g, finite difference %.6g (the matrix's largest gradient %.3g)", name, p.Name, i, got, fd, scale)
 				}
 				checked++
 			}
@@ -203,4 +197,13 @@ func TestBackwardErrors(t *testing.T) {
 	if _, err := m.Trace([]int32{int32(m.cfg.VocabSize)}); err == nil {
 		t.Error("Trace of a token outside the vocabulary: no error")
 	}
+}
+
+// matLargest is the largest magnitude in x.
+func matLargest(x []float32) float64 {
+	m := 0.0
+	for _, v := range x {
+		m = max(m, math.Abs(float64(v)))
+	}
+	return m
 }

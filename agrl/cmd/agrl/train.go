@@ -480,10 +480,12 @@ type progress struct {
 	// it first fires, and the progress line names those firing.
 	alarms func() []agrl.Alarm
 	shown  map[string]bool
-	// phaseStep is the step of the phases shown since the last step line, nextPhase the
-	// elapsed time at which a log (not a terminal) gets the next phase line, lastElapsed the
-	// last phase's (an evaluation's phases start their clock again).
+	// phaseStep is the step of the phases shown since the last step line (phaseEval: of an
+	// evaluation after it, whose phases start their clock again), nextPhase the elapsed time
+	// at which a log (not a terminal) gets the next phase line, lastElapsed the last phase's
+	// (a new split's evaluation starts its clock again too).
 	phaseStep   int
+	phaseEval   bool
 	nextPhase   time.Duration
 	lastElapsed time.Duration
 }
@@ -500,8 +502,9 @@ func (p *progress) phase(ph agrl.StepPhase) {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		return
 	}
-	if ph.Step != p.phaseStep || ph.Elapsed < p.lastElapsed {
-		p.phaseStep, p.nextPhase = ph.Step, phaseEvery
+	eval := strings.HasPrefix(ph.What, "evaluation")
+	if ph.Step != p.phaseStep || eval != p.phaseEval || ph.Elapsed < p.lastElapsed {
+		p.phaseStep, p.phaseEval, p.nextPhase = ph.Step, eval, phaseEvery
 	}
 	p.lastElapsed = ph.Elapsed
 	if ph.Elapsed >= p.nextPhase {

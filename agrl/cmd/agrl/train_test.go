@@ -339,14 +339,15 @@ func TestProgressPhases(t *testing.T) {
 		{Step: 2, What: "rollouts: 8 episodes", Elapsed: 2 * time.Second},
 		{Step: 2, What: "update 1/1", Elapsed: 29 * time.Second},
 		{Step: 2, What: "update 1/1: micro-batch 1 of 1 done", Elapsed: 40 * time.Second},
-		// an evaluation after step 2: its clock starts again, and so does the 30 s
-		{Step: 2, What: "evaluation at step 2, dev: 1 of 4 episodes done", Elapsed: 20 * time.Second},
-		{Step: 2, What: "evaluation at step 2, dev: 2 of 4 episodes done", Elapsed: 35 * time.Second},
+		// an evaluation after step 2: its clock starts again, and so does the 30 s (even
+		// when its first episode ends later than the step's last phase)
+		{Step: 2, What: "evaluation at step 2, dev: 1 of 4 episodes done", Elapsed: 45 * time.Second},
+		{Step: 2, What: "evaluation at step 2, dev: 2 of 4 episodes done", Elapsed: 62 * time.Second},
 	} {
 		p.phase(ph)
 	}
 	want := "step 1/5: update 1/1 (31s)\nstep 1/5: update 1/1: micro-batch 2 of 4 done (1m2s)\n" +
-		"step 2/5: update 1/1: micro-batch 1 of 1 done (40s)\nstep 2/5: evaluation at step 2, dev: 2 of 4 episodes done (35s)\n"
+		"step 2/5: update 1/1: micro-batch 1 of 1 done (40s)\nstep 2/5: evaluation at step 2, dev: 1 of 4 episodes done (45s)\n"
 	if got := out.String(); got != want {
 		t.Errorf("log:\n%q\nwant\n%q", got, want)
 	}
