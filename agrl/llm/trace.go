@@ -298,51 +298,61 @@ func (m *Model) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []fl
 // and v as attend read them (after RoPE), its output att and the output's gradient dAtt, it
 // writes the gradients of q, k and v. The attention weights are recomputed from q and k, head
 // by head: P = softmax(q·kᵀ/√D) over the visible positions, dV = Pᵀ·dO, dP = dO·Vᵀ,
-// dS = P ⊙ (dP − rowsum(dO ⊙ O)), dQ = dS·K/√D, dK = dSᵀ·Q/√D.
+// dS = P ⊙ (dP − rowsum(dO ⊙ O)), dQ = dS·K/√D, dK = dSᵀ·Q/√D. The queries go in blocks of
+// attnBlock rows, each against the keys its last row sees: the products cover the causal
+// triangle (and a block's diagonal square), not the whole width × width square, and the
+// weights held are attnBlock × width, twice.
 func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
 	clear(dk)
 	clear(dv)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group, qw, kvw := nq/nkv, nq*D, nkv*D
-	p, dp := make([]float32, T*T), make([]float32, T*T)
-	delta := make([]float32, T)
+	bq := min(T, attnBlock)
+	p, dp := make([]float32, bq*T), make([]float32, bq*T)
 	for kh := range nkv {
 		kt := transposeStrided(k[kh*D:], T, D, kvw) // [D, T]
 		vt := transposeStrided(v[kh*D:], T, D, kvw)
 		for g := range group {
 			hd := kh*group + g
-			mul(T, T, D, q[hd*D:], qw, 1, kt, T, p, T, false)
-			mul(T, T, D, dAtt[hd*D:], qw, 1, vt, T, dp, T, false)
-			parallel.Rows(T, func(lo, hi int) {
-				for t := lo; t < hi; t++ {
-					o, do := att[t*qw+hd*D:t*qw+hd*D+D], dAtt[t*qw+hd*D:t*qw+hd*D+D]
-					var d float32
-					for i := range o {
-						d += o[i] * do[i]
+			for t0 := 0; t0 < T; t0 += bq {
+				t1 := min(T, t0+bq)
+				n, w := t1-t0, t1 // the block's rows, and the keys its last row sees
+				mul(n, w, D, q[t0*qw+hd*D:], qw, 1, kt, T, p, w, false)
+				mul(n, w, D, dAtt[t0*qw+hd*D:], qw, 1, vt, T, dp, w, false)
+				parallel.Rows(n, func(lo, hi int) {
+					for r := lo; r < hi; r++ {
+						t := t0 + r
+						o, do := att[t*qw+hd*D:t*qw+hd*D+D], dAtt[t*qw+hd*D:t*qw+hd*D+D]
+						var delta float32
+						for i := range o {
+							delta += o[i] * do[i]
+						}
+						row, drow := p[r*w:(r+1)*w], dp[r*w:(r+1)*w]
+						vis := row[:t+1]
+						mx := float32(math.Inf(-1))
+						for j, s := range vis {
+							vis[j] = s * scale
+							mx = max(mx, vis[j])
+						}
+						sum := expSumLoop(vis, mx)
+						for j := range vis {
+							vis[j] /= sum
+							drow[j] = vis[j] * (drow[j] - delta) * scale
+						}
+						clear(row[t+1:])
+						clear(drow[t+1:])
 					}
-					delta[t] = d
-					row, drow := p[t*T:(t+1)*T], dp[t*T:(t+1)*T]
-					vis := row[:t+1]
-					mx := float32(math.Inf(-1))
-					for j, s := range vis {
-						vis[j] = s * scale
-						mx = max(mx, vis[j])
-					}
-					sum := expSumLoop(vis, mx)
-					for j := range vis {
-						vis[j] /= sum
-						drow[j] = vis[j] * (drow[j] - delta[t]) * scale
-					}
-					clear(row[t+1:])
-					clear(drow[t+1:])
-				}
-			})
-			mul(T, D, T, dp, T, 1, k[kh*D:], kvw, dq[hd*D:], qw, false)
-			mul(T, D, T, dp, 1, T, q[hd*D:], qw, dk[kh*D:], kvw, true)
-			mul(T, D, T, p, 1, T, dAtt[hd*D:], qw, dv[kh*D:], kvw, true)
+				})
+				mul(n, D, w, dp, w, 1, k[kh*D:], kvw, dq[t0*qw+hd*D:], qw, false)
+				mul(w, D, n, dp, 1, w, q[t0*qw+hd*D:], qw, dk[kh*D:], kvw, true)
+				mul(w, D, n, p, 1, w, dAtt[t0*qw+hd*D:], qw, dv[kh*D:], kvw, true)
+			}
 		}
 	}
 }
+
+// attnBlock is how many query rows attendBack takes at once (a variable for tests).
+var attnBlock = 128
 
 // expSumLoop replaces each x by exp(x − shift) and returns their sum: the installed kernel
 // (SetExpSum) or the portable loop.

@@ -89,8 +89,10 @@ func probeLoss(t *testing.T, m *Model, ids []int32, r []float32) float64 {
 }
 
 // TestBackwardFiniteDifferences: Backward's adapter gradients against central differences of
-// the loss, on elements of A and B of every projection of both layers.
+// the loss, on elements of A and B of every projection of both layers, the attention's
+// backward pass in blocks of 4 queries (and the same gradients, to rounding, in one block).
 func TestBackwardFiniteDifferences(t *testing.T) {
+	defer func(b int) { attnBlock = b }(attnBlock)
 	for _, name := range tracedVariants {
 		m, a := adapted(t, name)
 		ids := traceIDs(11, m.cfg.VocabSize)
@@ -99,7 +101,15 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		for i := range r {
 			r[i] = float32(rng.NormFloat64())
 		}
+		attnBlock = 1 << 20
+		_, whole := traceGrads(t, m, a, ids, r) // the attention's backward pass in one block
+		attnBlock = 4                            // in blocks of 4 queries, as below
 		tr, gp := traceGrads(t, m, a, ids, r)
+		for k := range gp {
+			if d, scale := maxDiff32(gp[k].Data, whole[k].Data), matLargest(whole[k].Data); d > 1e-5*scale {
+				t.Errorf("%s: %s: the attention in blocks changes the gradient by %g (largest %g)", name, gp[k].Name, d, scale)
+			}
+		}
 		if err := tr.Backward(r, a.NewGradients()); err == nil || !strings.Contains(err.Error(), "used already") {
 			t.Errorf("%s: a second Backward on one trace: %v", name, err)
 		}
