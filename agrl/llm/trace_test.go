@@ -103,7 +103,7 @@ func TestBackwardFiniteDifferences(t *testing.T) {
 		}
 		attnBlock = 1 << 20
 		_, whole := traceGrads(t, m, a, ids, r) // the attention's backward pass in one block
-		attnBlock = 4                            // in blocks of 4 queries, as below
+		attnBlock = 4                           // in blocks of 4 queries, as below
 		tr, gp := traceGrads(t, m, a, ids, r)
 		for k := range gp {
 			if d, scale := maxDiff32(gp[k].Data, whole[k].Data), matLargest(whole[k].Data); d > 1e-5*scale {
