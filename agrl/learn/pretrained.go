@@ -902,8 +902,8 @@ type pretrainedTrainer struct {
 	// onDone, when set (onMicroBatches), is told after each micro-batch of a step (with the
 	// policy locked: it must not call the policy).
 	onDone func(done, total int)
-	// lossExec is the loss over per-token statistics of host steps (pretrained_host.go), ban
-	// their log-softmax's zero mask.
+	// lossExec is the loss over per-token statistics (statsLoss) of host and segmented steps,
+	// ban the host steps' log-softmax's zero mask.
 	lossExec *model.Exec
 	ban      []float32
 }

@@ -60,6 +60,46 @@ func (t *pretrainedTrainer) lossGraph(_ *model.Scope, in []*graph.Node) []*graph
 	return append(out, graph.Gradient(loss, in[0], in[1])...)
 }
 
+// statsLoss runs the learner's loss over per-token statistics (lossGraph, compiled once for
+// the host and the segmented steps): stats are the log-probs, entropies, top-1 flags and
+// valid flags, [rows, np] each, vals the values' [rows, np+1] tensors, sums their
+// whole-batch sums. It returns the loss, the metrics (t.metrics order) and the loss's
+// gradients with respect to the log-probs and the entropies.
+func (t *pretrainedTrainer) statsLoss(stats [][]float32, rows, np int, vals []*tensors.Tensor, sums []float32) (loss float64, metrics []float64, dlogp, dent []float32, err error) {
+	if t.lossExec == nil {
+		if t.lossExec, err = t.p.newExec("pretrained-stats-loss", t.lossGraph); err != nil {
+			return 0, nil, nil, nil, err
+		}
+	}
+	args := []any{}
+	for _, st := range stats {
+		args = append(args, tensors.FromFlatDataAndDimensions(st, rows, np))
+	}
+	for _, v := range vals {
+		args = append(args, v)
+	}
+	for _, x := range sums {
+		args = append(args, x)
+	}
+	out, err := call(t.lossExec, args...)
+	if err != nil {
+		return 0, nil, nil, nil, fmt.Errorf("agrl: train step (loss): %w", err)
+	}
+	defer func() {
+		for _, o := range out {
+			_ = o.FinalizeAll()
+		}
+	}()
+	loss = float64(tensors.MustCopyFlatData[float32](out[0])[0])
+	metrics = make([]float64, len(t.metrics))
+	for i := range t.metrics {
+		metrics[i] = float64(tensors.MustCopyFlatData[float32](out[1+i])[0])
+	}
+	dlogp = tensors.MustCopyFlatData[float32](out[1+len(t.metrics)])
+	dent = tensors.MustCopyFlatData[float32](out[2+len(t.metrics)])
+	return loss, metrics, dlogp, dent, nil
+}
+
 // hostModel is the host model with the store's current adapters (p.mu held).
 func (p *PretrainedPolicy) hostModel() (*llm.Model, error) {
 	if err := p.syncHost(); err != nil {
@@ -73,13 +113,6 @@ func (p *PretrainedPolicy) hostModel() (*llm.Model, error) {
 // returns the loss and the metrics (t.metrics order) and adds the adapters' gradients into g.
 func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width int, vals []*tensors.Tensor, sums []float32, g *llm.Adapters) (float64, []float64, error) {
 	p := t.p
-	if t.lossExec == nil {
-		e, err := p.newExec("pretrained-host-loss", t.lossGraph)
-		if err != nil {
-			return 0, nil, err
-		}
-		t.lossExec = e
-	}
 	cfg := p.cfg
 	H, V := cfg.HiddenSize, cfg.VocabSize
 	head := m.Head()
@@ -138,35 +171,13 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 			}
 		}
 	}
-	args := []any{}
-	for _, st := range stats {
-		args = append(args, tensors.FromFlatDataAndDimensions(st, rows, np))
-	}
-	for _, v := range vals {
-		args = append(args, v)
-	}
-	for _, x := range sums {
-		args = append(args, x)
-	}
-	out, err := call(t.lossExec, args...)
+	loss, metrics, dlogp, dent, err := t.statsLoss(stats, rows, np, vals, sums)
 	if err != nil {
-		return 0, nil, fmt.Errorf("agrl: train step (loss): %w", err)
-	}
-	defer func() {
-		for _, o := range out {
-			_ = o.FinalizeAll()
-		}
-	}()
-	loss := float64(tensors.MustCopyFlatData[float32](out[0])[0])
-	metrics := make([]float64, len(t.metrics))
-	for i := range t.metrics {
-		metrics[i] = float64(tensors.MustCopyFlatData[float32](out[1+i])[0])
+		return 0, nil, err
 	}
 	if !finite(loss) { // the caller reports it; no backward pass through a NaN
 		return loss, metrics, nil
 	}
-	dlogp := tensors.MustCopyFlatData[float32](out[1+len(t.metrics)])
-	dent := tensors.MustCopyFlatData[float32](out[2+len(t.metrics)])
 	for i, s := range seqs {
 		tr := traces[i]
 		n := tr.Len()

@@ -92,7 +92,7 @@ func (p *PretrainedPolicy) segmented(width int) bool {
 
 // segExecs are a trainer's segment graphs (built on first use).
 type segExecs struct {
-	layer, layerBack, stats, loss, headBack, embed, embedBack *model.Exec
+	layer, layerBack, stats, headBack, embed, embedBack *model.Exec
 	// layerTrain are the indices, among a layer's variables (hfgraph.LayerVariables), of the
 	// trainable ones, the same in every layer; headTrain, among HeadVariables.
 	layerTrain, headTrain []int
@@ -159,9 +159,6 @@ func (t *pretrainedTrainer) segGraphs() (*segExecs, error) {
 			logp, ent, top1 := p.graph.HeadStats(in[0], in[1], in[2], graph.Const(in[0].Graph(), t.invT))
 			return []*graph.Node{logp, ent, top1}
 		}},
-		// in: logp, entropy, top1, valid [R, T-1], one [R, T] per value, one sum per value →
-		// loss, metrics, dlogp, dentropy
-		{&s.loss, t.lossGraph},
 		// in: x chunk, targets, valid, dlogp, dentropy → dx, d(trainable head weights)
 		{&s.headBack, func(_ *model.Scope, in []*graph.Node) []*graph.Node {
 			g := in[0].Graph()
@@ -297,27 +294,10 @@ func (t *pretrainedTrainer) segmentedGrads(tok, lens *tensors.Tensor, rows, widt
 	}
 
 	// 3. The loss and its gradient with respect to the statistics.
-	args := []any{}
-	for _, st := range append(stats, valid) {
-		args = append(args, tensors.FromFlatDataAndDimensions(st, rows, np))
-	}
-	for _, v := range vals {
-		args = append(args, v)
-	}
-	for _, x := range sums {
-		args = append(args, x)
-	}
-	out, err = run("loss", s.loss, args...)
+	loss, metrics, dlogp, dent, err := t.statsLoss(append(stats, valid), rows, np, vals, sums)
 	if err != nil {
 		return 0, nil, err
 	}
-	garbage = append(garbage, out...)
-	loss = float64(tensors.MustCopyFlatData[float32](out[0])[0])
-	for i := range t.metrics {
-		metrics = append(metrics, float64(tensors.MustCopyFlatData[float32](out[1+i])[0]))
-	}
-	dlogp := tensors.MustCopyFlatData[float32](out[1+len(t.metrics)])
-	dent := tensors.MustCopyFlatData[float32](out[2+len(t.metrics)])
 
 	// 4. Backward through the head, chunk by chunk.
 	dtop := make([]float32, rows*width*hid)

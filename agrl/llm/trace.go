@@ -134,9 +134,8 @@ func (m *Model) Trace(ids []int32) (*Trace, error) {
 		tl.gate = m.traceProj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 		tl.up = m.traceProj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
 		tl.act = swiglu(tl.gate, tl.up, T, I)
-		act := tl.act
 		x = append([]float32(nil), mid...)
-		addTo(x, m.traceProj(&tl, l, downProj, act, T, I, ly.down, H, ly.bDown))
+		addTo(x, m.traceProj(&tl, l, downProj, tl.act, T, I, ly.down, H, ly.bDown))
 		tr.layers = append(tr.layers, tl)
 	}
 	tr.last = x
