@@ -23,7 +23,8 @@ import (
 // AGRL_BENCH_SEGMENTED=1 takes every step segment by segment, =0
 // every step through the whole graph, =auto through the graphs as the policy decides (by
 // default a step takes the host path where the learner trains there, pretrained_host.go,
-// else the graphs as the policy decides). For each
+// else the graphs as the policy decides; AGRL_BENCH_CHECKPOINT=1 checkpoints every trace of
+// the host's steps). For each
 // width it prints one JSON line: tokens/s (the faster of two steps after a warm-up step that
 // compiles the graphs) and the peak resident memory above the loaded model (VmHWM after the
 // loading's garbage was returned to the OS and the peak reset through /proc/self/clear_refs;
@@ -62,6 +63,7 @@ func TestLongStepMemory(t *testing.T) {
 	}
 	mode := os.Getenv("AGRL_BENCH_SEGMENTED")
 	p.graphTraining = mode != ""
+	p.checkpointTraces = os.Getenv("AGRL_BENCH_CHECKPOINT") == "1"
 	switch mode {
 	case "1":
 		p.segmentFrom = 2
@@ -100,6 +102,15 @@ func TestLongStepMemory(t *testing.T) {
 			"peak_above_model_gb": float64(int((peak-base)/1e7+0.5)) / 100}
 		host := l.(*pretrainedTrainer).hostTraining()
 		rec["on_host"] = host
+		if host && len(seqs) == 1 {
+			m, err := p.hostModel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			plan, ok := p.hostPlan(m, b.Tokens)
+			host = ok
+			rec["on_host"], rec["checkpointed"] = ok, ok && plan[0]
+		}
 		if lengths != nil {
 			rec["lengths"] = lengths
 		} else {

@@ -97,6 +97,9 @@ type PretrainedPolicy struct {
 	// graphTraining makes LoRA steps take the graph where they would take the host
 	// (pretrained_host.go; tests compare the two, and check the graph path).
 	graphTraining bool
+	// checkpointTraces makes a host LoRA step checkpoint every sequence's trace, whatever
+	// fits (tests and benchmarks compare the two; see hostPlan).
+	checkpointTraces bool
 	// segmentFrom, when positive, makes training calls of this many positions or more go
 	// segment by segment (tests; see segmented).
 	segmentFrom int
@@ -1110,8 +1113,20 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		var loss float64
 		var metrics []float64
-		if hostModel != nil && p.hostFits(b.Tokens[c[0]:c[1]]) {
-			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], rows, width, vals, sums, hostSums)
+		var checkpoint []bool
+		onHost := false
+		if hostModel != nil {
+			checkpoint, onHost = p.hostPlan(hostModel, b.Tokens[c[0]:c[1]])
+		}
+		if onHost {
+			opts := make([]llm.TraceOptions, c[1]-c[0])
+			for i := range opts {
+				opts[i] = llm.TraceOptions{Checkpointed: checkpoint[i]}
+				if t.dropout {
+					opts[i].Dropout, opts[i].Seed = p.graph.LoRA().Dropout, dropoutSeed(p.seed, t.name, step, c[0]+i)
+				}
+			}
+			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], opts, rows, width, vals, sums, hostSums)
 		} else if p.segmented(width) {
 			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)
 		} else {
@@ -1226,23 +1241,30 @@ func (t *pretrainedTrainer) wholeGrads(tok, lens *tensors.Tensor, vals []*tensor
 	return loss, metrics, nil
 }
 
-// dropoutState is the RNG state LoRA dropout draws its masks from in micro-batch chunk of
-// optimizer step step of the learner named name ("sft", "grpo"): a function of the adapters'
-// seed, the learner, the step and the chunk alone, so a resumed run draws the masks an
-// uninterrupted one draws, and the warm start's steps others than GRPO's. The masks are
-// drawn over the call's whole [rows, width, …] tensors, so which mask a sequence gets also
-// depends on how its batch is cut (byLength, chunks, padRows): the same every time for the
-// same batch and settings.
+// dropoutState is the RNG state LoRA dropout draws its masks from on the graphs in micro-batch
+// chunk of optimizer step step of the learner named name ("sft", "grpo"): a function of the
+// adapters' seed, the learner, the step and the chunk alone (dropoutSeed), so a resumed run
+// draws the masks an uninterrupted one draws, and the warm start's steps others than GRPO's.
+// The masks are drawn over the call's whole [rows, width, …] tensors, so which mask a
+// sequence gets also depends on how its batch is cut (byLength, chunks, padRows): the same
+// every time for the same batch and settings. (A host step draws each sequence's own,
+// dropoutSeed of its place in the batch: pretrained_host.go.)
 func dropoutState(seed uint64, name string, step, chunk int) (*tensors.Tensor, error) {
+	return graph.RNGStateFromSeed(int64(dropoutSeed(seed, name, step, chunk) >> 1))
+}
+
+// dropoutSeed hashes the adapters' seed, the learner's name, the step and k (a chunk or a
+// sequence) into the seed of LoRA dropout's masks.
+func dropoutSeed(seed uint64, name string, step, k int) uint64 {
 	x := seed ^ 0x6c6f72612e64726f // "lora.dro"
 	for i := 0; i < len(name); i++ {
 		x = (x ^ uint64(name[i])) * 0x100000001b3
 	}
-	for _, v := range []uint64{uint64(step), uint64(chunk)} {
+	for _, v := range []uint64{uint64(step), uint64(k)} {
 		x = (x ^ v) * 0x9e3779b97f4a7c15
 		x ^= x >> 31
 	}
-	return graph.RNGStateFromSeed(int64(x >> 1))
+	return x
 }
 
 // Checkpoints of a pretrained policy: policy.json (kind "pretrained"), the adapters in PEFT's

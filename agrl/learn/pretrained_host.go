@@ -13,7 +13,7 @@ import (
 
 // LoRA training steps on the host: where the policy scores on the host (hostScoring: the go
 // backend, float32 products) and the host kernels run (GOEXPERIMENT=simd builds on AVX-512 or
-// AVX2 CPUs), a LoRA learner without dropout takes each micro-batch's gradients with
+// AVX2 CPUs), a LoRA learner takes each micro-batch's gradients with
 // agrl/llm's Trace and Backward instead of the GoMLX graph: the forward pass the sampler runs
 // (the same kernels, the same bits), kept for a backward pass through the frozen weights to
 // the adapters. The loss stays the learner's GoMLX LossFunc over the per-token statistics, as
@@ -32,16 +32,21 @@ import (
 //     invT·(dlogp·(onehot − p) − dent·p·(log p + H))), the hidden states' gradient through
 //     the head, and Trace.Backward into the adapters' gradient sums.
 //
-// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph). A micro-batch
-// whose traces would not fit the call budget (hostBytes, CallMemory) trains through the graphs
-// instead, which split it segment by segment. Measured in
-// docs/llm.md ("LoRA steps on the host").
+// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph). The traces are
+// kept whole while the micro-batch fits the call budget (CallMemory), and checkpointed past
+// it (llm.TraceOptions.Checkpointed: each layer's input only, each layer run again in the
+// backward pass); a micro-batch that does not fit even so trains through the graphs instead,
+// which split it segment by segment (hostPlan). With LoRA dropout each sequence draws its own
+// masks (llm.TraceOptions.Dropout), seeded by dropoutSeed of the step and its place in the
+// batch: not the graphs' masks (those are drawn over a call's tensors), the same whatever the
+// micro-batches, and the same again on resume. Measured in docs/llm.md ("LoRA steps on the
+// host").
 
-// hostTraining reports whether a learner's steps take the host path: LoRA without dropout,
-// on a policy that scores on the host with the host kernels installed.
+// hostTraining reports whether a learner's steps take the host path: LoRA (with or without
+// dropout), on a policy that scores on the host with the host kernels installed.
 func (t *pretrainedTrainer) hostTraining() bool {
 	p := t.p
-	return hostKernels && !p.full && !t.dropout && p.graph.LoRA() != nil && p.hostScoring() && !p.graphTraining
+	return hostKernels && !p.full && p.graph.LoRA() != nil && p.hostScoring() && !p.graphTraining
 }
 
 // lossGraph: in logp, entropy, top1, valid [R, T-1], one [R, T] per value, one sum per value →
@@ -109,9 +114,10 @@ func (p *PretrainedPolicy) hostModel() (*llm.Model, error) {
 }
 
 // hostGrads is one micro-batch's gradients on the host: seqs laid out as rows × width for the
-// loss (pad's layout), vals the values' [rows, width] tensors, sums their whole-batch sums. It
+// loss (pad's layout), each traced with its options (checkpointed as hostPlan says, LoRA
+// dropout's seed), vals the values' [rows, width] tensors, sums their whole-batch sums. It
 // returns the loss and the metrics (t.metrics order) and adds the adapters' gradients into g.
-func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width int, vals []*tensors.Tensor, sums []float32, g *llm.Adapters) (float64, []float64, error) {
+func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.TraceOptions, rows, width int, vals []*tensors.Tensor, sums []float32, g *llm.Adapters) (float64, []float64, error) {
 	p := t.p
 	cfg := p.cfg
 	H, V := cfg.HiddenSize, cfg.VocabSize
@@ -145,7 +151,7 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 	lps, ents := make([][]float32, len(seqs)), make([][]float32, len(seqs))
 	kept := 0.0
 	for i, s := range seqs {
-		tr, err := m.Trace(s[:len(s)-1]) // checkSeqs: at least one target
+		tr, err := m.TraceWith(s[:len(s)-1], opts[i]) // checkSeqs: at least one target
 		if err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
@@ -221,33 +227,51 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, rows, width 
 // SmolLM2's 49,152, 156 MB at Qwen3's 151,936).
 var headBlock = 128
 
-// hostBytes estimates the memory a host step takes for a micro-batch of sequences of lengths
-// n (tokens): each sequence's trace (llm.Trace: per position and layer, the stream twice,
-// three query-wide and three key-wide rows, three MLP-wide rows and the adapters' A·x), the
-// log-probs kept (at most hostKeepBytes), the head's block, and the attention backward pass's
-// two width × width buffers of the longest.
-func (p *PretrainedPolicy) hostBytes(n []int, rank int) float64 {
-	c := p.cfg
-	q, kv := c.NumAttentionHeads*c.HeadDim, c.NumKeyValueHeads*c.HeadDim
-	perPos := 4 * float64(c.NumHiddenLayers) * float64(2*c.HiddenSize+3*q+3*kv+3*c.IntermediateSize+7*rank)
-	total, longest := 0.0, 0
-	for _, k := range n {
-		total += float64(k)
-		longest = max(longest, k)
+// hostPlan decides how a micro-batch of seqs trains on the host within the call budget
+// (CallMemory), m being the host model with its adapters: each sequence's trace whole
+// (llm.Trace) while the micro-batch fits, shortest first, the rest checkpointed
+// (llm.TraceOptions.Checkpointed, checkpoint[i] set); ok is false where it does not fit even with
+// every trace checkpointed (it then trains through the graphs, segment by segment where
+// needed). The estimate (hostBytes) counts every trace held at once, the log-probs kept (at
+// most hostKeepBytes), the head's block and the largest backward pass's working memory.
+func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32) (checkpoint []bool, ok bool) {
+	budget := p.callBudget()
+	n := make([]int, len(seqs))
+	checkpoint = make([]bool, len(seqs))
+	for i, s := range seqs {
+		n[i], checkpoint[i] = len(s)-1, true
 	}
-	V := float64(c.VocabSize)
-	return total*perPos + min(4*total*V, hostKeepBytes) + 8*float64(headBlock)*V + 8*float64(longest)*float64(longest)
+	if p.hostBytes(m, n, checkpoint) > budget {
+		return nil, false
+	}
+	if p.checkpointTraces {
+		return checkpoint, true
+	}
+	for i := range seqs {
+		checkpoint[i] = false
+		if p.hostBytes(m, n, checkpoint) > budget {
+			checkpoint[i] = true
+			break
+		}
+	}
+	return checkpoint, true
 }
 
-// hostFits reports whether a micro-batch of seqs takes the host path within the call budget
-// (CallMemory); one that does not trains through the graphs, which split it segment by
-// segment where needed.
-func (p *PretrainedPolicy) hostFits(seqs [][]int32) bool {
-	n := make([]int, len(seqs))
-	for i, s := range seqs {
-		n[i] = len(s) - 1
+// hostBytes estimates the memory a host step takes for a micro-batch of sequences of n
+// positions each (their tokens less one), checkpoint saying which traces are checkpointed
+// (hostPlan).
+func (p *PretrainedPolicy) hostBytes(m *llm.Model, n []int, checkpoint []bool) float64 {
+	total, held, back := 0.0, 0.0, 0.0
+	o := llm.TraceOptions{Dropout: p.graph.LoRA().Dropout}
+	for i, k := range n {
+		o.Checkpointed = checkpoint[i]
+		h, b := m.TraceBytes(k, o)
+		held += h
+		back = max(back, b+4*float64(k*p.cfg.HiddenSize)) // and the hidden states' gradient
+		total += float64(k)
 	}
-	return p.hostBytes(n, p.graph.LoRA().Rank) <= p.callBudget()
+	V := float64(p.cfg.VocabSize)
+	return held + back + min(4*total*V, hostKeepBytes) + 8*float64(headBlock)*V
 }
 
 // hostKeepBytes bounds the log-probs a host step keeps from its first pass over the head

@@ -2,10 +2,12 @@ package learn
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
 )
 
 // TestHostLoRAStepMatchesGraph: a LoRA step on the host (Trace and Backward, the loss's graph
@@ -15,8 +17,9 @@ import (
 // blocks of 16 positions, for two steps (the second from the first's update, which the host
 // path hands the sampler's adapters through the store). A fourth run's call budget fits the
 // host path's memory for the short sequences only: the others' micro-batches train through
-// the graphs (segment by segment), in the same step. The graph is the independent reference: GoMLX's automatic differentiation of
-// the model hfgraph builds.
+// the graphs (segment by segment), in the same step. A fifth run checkpoints every trace
+// (llm.TraceOptions.Checkpointed) and takes the first run's steps bit for bit. The graph is the
+// independent reference: GoMLX's automatic differentiation of the model hfgraph builds.
 func TestHostLoRAStepMatchesGraph(t *testing.T) {
 	if !hostKernels {
 		t.Skip("host training needs the host kernels (GOEXPERIMENT=simd on an AVX-512 or AVX2 CPU)")
@@ -33,9 +36,10 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 			}
 			var runs []*run
 			// host (keeping the head's log-probs for the backward pass), graph, host (running the
-			// head again in the backward pass), host and graph by memory
+			// head again in the backward pass), host and graph by memory, host with every trace
+			// checkpointed
 			const mixedGiB = 0.00008 // 86 KB: the host path's estimate for a sequence of 2 tokens (one a call), not of 8
-			for k, graphPath := range []bool{false, true, false, false} {
+			for k, graphPath := range []bool{false, true, false, false, false} {
 				p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(4, 8).MicroBatch(4), 5)
 				if err != nil {
 					t.Fatal(err)
@@ -45,6 +49,7 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 				}
 				withRandomAdapters(t, p)
 				p.graphTraining = graphPath
+				p.checkpointTraces = k == 4
 				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
 				if err != nil {
 					t.Fatal(err)
@@ -58,9 +63,15 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 			}
 			batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8) // micro-batches of 4 and 3 (in 4 rows)
 			mp := runs[3].tr.p
-			if !mp.hostFits([][]int32{batch.Tokens[4]}) || mp.hostFits([][]int32{batch.Tokens[6]}) {
-				t.Fatalf("the mixed run's budget: %.0f bytes; the host path's estimate %.0f for 2 tokens, %.0f for 8",
-					mp.callBudget(), mp.hostBytes([]int{1}, 4), mp.hostBytes([]int{7}, 4))
+			hm, err := mp.hostModel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, short := mp.hostPlan(hm, [][]int32{batch.Tokens[4]})
+			_, long := mp.hostPlan(hm, [][]int32{batch.Tokens[6]})
+			if !short || long {
+				t.Fatalf("the mixed run's budget: %.0f bytes; the host path's estimate %.0f for 2 tokens, %.0f for 8 (checkpointed)",
+					mp.callBudget(), mp.hostBytes(hm, []int{1}, []bool{true}), mp.hostBytes(hm, []int{7}, []bool{true}))
 			}
 			if c := mp.chunks(byLength(batch, nil).Tokens); len(c) != 7 {
 				t.Fatalf("the mixed run's micro-batches %v, want one sequence each", c)
@@ -91,6 +102,10 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 						t.Errorf("step %d %s: host %v, graph %v", step+1, what, x, y)
 					}
 				}
+				// Checkpointed traces: the same gradients, bit for bit.
+				if ck := runs[4]; !sameGrads(ck.grads[step], runs[0].grads[step]) || ck.stats[step].Loss != host.Loss {
+					t.Errorf("step %d: checkpointed traces change the step: loss %v, whole %v", step+1, ck.stats[step].Loss, host.Loss)
+				}
 				near("loss", host.Loss, gr.Loss)
 				near("grad norm", host.GradNorm, gr.GradNorm)
 				if len(host.Metrics) != 2 {
@@ -119,5 +134,117 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 				t.Logf("step %d: largest relative gradient difference %.3g", step+1, rel)
 			}
 		})
+	}
+}
+
+// sameGrads reports whether two steps' gradients are equal bit for bit.
+func sameGrads(a, b [][]float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if len(a[i]) != len(b[i]) {
+			return false
+		}
+		for j := range a[i] {
+			if math.Float32bits(a[i][j]) != math.Float32bits(b[i][j]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestHostPlan: a micro-batch's traces stay whole while its estimate fits the call budget,
+// shortest first; the rest are checkpointed; past what checkpointing every trace fits, the
+// micro-batch goes to the graphs.
+func TestHostPlan(t *testing.T) {
+	p, err := LoadPretrained(agrl.Pretrained(tinyFamily(t, hf.Qwen3)).LoRA(4, 8), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := p.hostModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := [][]int32{make([]int32, 6), make([]int32, 10), make([]int32, 18)}
+	n := []int{5, 9, 17}
+	plans := [][]bool{{false, false, false}, {false, false, true}, {false, true, true}, {true, true, true}}
+	for i, plan := range plans {
+		need := p.hostBytes(m, n, plan)
+		if i > 0 && need >= p.hostBytes(m, n, plans[i-1]) {
+			t.Fatalf("plan %v: %.0f bytes, not under %v's", plan, need, plans[i-1])
+		}
+		for _, budget := range []float64{need, need + 1} { // exactly the estimate, and just over it
+			p.spec.CallMemoryGiB = budget / (1 << 30)
+			got, ok := p.hostPlan(m, seqs)
+			if !ok || !slices.Equal(got, plan) {
+				t.Errorf("budget %.0f bytes: plan %v (host %v), want %v", budget, got, ok, plan)
+			}
+		}
+	}
+	p.spec.CallMemoryGiB = (p.hostBytes(m, n, plans[3]) - 1) / (1 << 30)
+	if got, ok := p.hostPlan(m, seqs); ok {
+		t.Errorf("a budget under every trace checkpointed: plan %v on the host", got)
+	}
+	p.spec.CallMemoryGiB = 1
+	p.checkpointTraces = true
+	if got, ok := p.hostPlan(m, seqs); !ok || !slices.Equal(got, plans[3]) {
+		t.Errorf("checkpointTraces: plan %v (host %v)", got, ok)
+	}
+	// What checkpointing saves grows with the positions: at 4,096 of a tiny model, most of it.
+	whole, _ := m.TraceBytes(4096, llm.TraceOptions{})
+	light, _ := m.TraceBytes(4096, llm.TraceOptions{Checkpointed: true})
+	if light > whole/3 {
+		t.Errorf("4,096 positions: checkpointed %.0f bytes, whole %.0f", light, whole)
+	}
+}
+
+// TestHostLoRADropout: a host step with LoRA dropout draws each sequence's masks from the
+// step and its place in the batch, so the step is the same (to rounding) whether its batch
+// trains in micro-batches of 4 or one sequence at a time; the same again when run again
+// (bit for bit); and not the step without dropout. (The masks' gradients against finite
+// differences: agrl/llm's TestBackwardFiniteDifferences.)
+func TestHostLoRADropout(t *testing.T) {
+	if !hostKernels {
+		t.Skip("host training needs the host kernels (GOEXPERIMENT=simd on an AVX-512 or AVX2 CPU)")
+	}
+	dir := tinyFamily(t, hf.Qwen3)
+	batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8)
+	step := func(micro int, dropout float64) [][]float32 {
+		p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(4, 8).MicroBatch(micro).Dropout(dropout), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withRandomAdapters(t, p)
+		l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := l.(*pretrainedTrainer)
+		if !tr.hostTraining() {
+			t.Fatalf("dropout %v: the step does not take the host path", dropout)
+		}
+		var grads [][]float32
+		tr.onGrads = func(g [][]float32) { grads = clone2(g) }
+		if _, err := tr.Step(batch); err != nil {
+			t.Fatal(err)
+		}
+		return grads
+	}
+	four, one, again, plain := step(4, 0.3), step(1, 0.3), step(4, 0.3), step(4, 0)
+	if !sameGrads(four, again) {
+		t.Error("the same step run twice: different gradients")
+	}
+	moved := 0.0
+	for i := range four {
+		if worst, scale, _ := gradGap(one[i], four[i]); worst > 1e-5*scale || scale == 0 {
+			t.Errorf("variable %d: micro-batches of 1 and of 4 differ by %.3g (largest %.3g)", i, worst, scale)
+		}
+		worst, scale, _ := gradGap(plain[i], four[i])
+		moved = max(moved, worst/scale)
+	}
+	if moved < 0.05 {
+		t.Errorf("dropout 0.3 moves no gradient by more than %.3g of its largest", moved)
 	}
 }

@@ -437,15 +437,19 @@ func (m *Model) proj(l, mod int, x []float32, rows, in int, w []float32, out int
 // projA is proj also returning the adapter's A x ([rows, rank]; nil where the projection is
 // not adapted), which a Trace keeps for its backward pass.
 func (m *Model) projA(l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) (y, xa []float32) {
-	if w == nil {
-		y = linearT(x, rows, in, m.layers[l].t[mod], out, b)
-	} else {
-		y = linear(x, rows, in, w, out, b)
-	}
+	y = m.frozenProj(l, mod, x, rows, in, w, out, b)
 	if m.lora != nil {
 		xa = m.lora.add(l, mod, y, x, rows)
 	}
 	return y, xa
+}
+
+// frozenProj is proj without the adapter: x·Wᵀ + b.
+func (m *Model) frozenProj(l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
+	if w == nil {
+		return linearT(x, rows, in, m.layers[l].t[mod], out, b)
+	}
+	return linear(x, rows, in, w, out, b)
 }
 
 // dot is Σ a[i]·b[i] in float32, over four partial sums.

@@ -19,10 +19,11 @@ import (
 // What a Trace keeps, per layer and position: the residual stream entering each half of the
 // layer, the queries, keys and values (after RoPE; with Qwen3's norms, before them too), the
 // attention's output, the MLP's two pre-activations and its activation, and each adapter's
-// A·x. About 28 KB a
-// position and layer at the SmolLM2-135M shape with every projection adapted (0.8 MB a
-// position in all), 80 KB at Qwen3-0.6B's. The attention's weights are recomputed in the backward pass, not kept (they
-// are positions² per head).
+// A·x. About 30 KB a position and layer at the SmolLM2-135M shape with every projection
+// adapted (0.9 MB a position in all), 80 KB at Qwen3-0.6B's. The attention's weights are
+// recomputed in the backward pass, not kept (they are positions² per head). A checkpointed
+// trace (TraceOptions.Checkpointed) keeps only each layer's input stream (2.3 KB a position and layer
+// at the SmolLM2-135M shape, 4 KB at Qwen3-0.6B's) and runs each layer again in Backward.
 
 // mulKernel, when set by SetMul, computes mul's products.
 var mulKernel func(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool)
@@ -73,6 +74,8 @@ type Trace struct {
 	layers   []traceLayer
 	last     []float32 // the residual stream after the last layer, [n, hidden]
 	hidden   []float32 // last after the final norm: what the LM head multiplies
+	dropout  float64   // LoRA dropout (TraceOptions)
+	seed     uint64
 }
 
 // traceLayer is what one layer's backward pass reads.
@@ -90,16 +93,85 @@ type traceLayer struct {
 // and keeps what Backward needs. ids must be non-empty, inside the vocabulary and no longer
 // than max_position_embeddings. Its hidden states are bit for bit those of Step over the same
 // ids.
-func (m *Model) Trace(ids []int32) (*Trace, error) {
+func (m *Model) Trace(ids []int32) (*Trace, error) { return m.TraceWith(ids, TraceOptions{}) }
+
+// TraceOptions are a trace's settings besides its tokens (TraceWith).
+type TraceOptions struct {
+	// Checkpointed keeps, of each layer, only the residual stream entering it (gradient
+	// checkpointing): Backward then runs each layer's forward pass again from it, one layer
+	// at a time, before taking that layer's gradients. The gradients are the whole trace's
+	// bit for bit; the trace holds hidden_size floats a position and layer instead of all of
+	// a layer's activations (TraceBytes), for about one more forward pass of the decoder.
+	Checkpointed bool
+	// Dropout is LoRA dropout, in [0, 1), as PEFT's lora_dropout trains: each adapter's input
+	// (its term only; the frozen weight's product reads the input whole) has each element
+	// zeroed with this probability and the others scaled by 1/(1−Dropout). The model must
+	// have adapters. The masks are a function of Seed, the layer, the projection, the
+	// position and the feature (dropoutMask), so Backward and a checkpointed trace's rerun
+	// draw the same ones, and a sequence's masks do not depend on what else is trained with
+	// it.
+	Dropout float64
+	// Seed chooses the dropout masks.
+	Seed uint64
+}
+
+// TraceWith is Trace with options: checkpointing and LoRA dropout.
+func (m *Model) TraceWith(ids []int32, o TraceOptions) (*Trace, error) {
+	switch {
+	case !(o.Dropout >= 0 && o.Dropout < 1):
+		return nil, fmt.Errorf("llm: Trace: dropout %v is outside [0, 1)", o.Dropout)
+	case o.Dropout > 0 && m.lora == nil:
+		return nil, errors.New("llm: Trace: dropout without adapters")
+	}
+	return m.trace(ids, o)
+}
+
+// TraceBytes estimates the memory of a trace of n positions with options o, with the model's
+// adapters (if any): held, what the trace keeps from TraceWith until Backward; and backward,
+// what its Backward takes besides at its peak (the gradients flowing through one layer, the
+// attention's blocks of weights, with dropout an adapter's masked input and its gradient,
+// and, checkpointed, the layer it runs again).
+func (m *Model) TraceBytes(n int, o TraceOptions) (held, backward float64) {
+	cfg := m.cfg
+	q, kv, I := cfg.NumAttentionHeads*cfg.HeadDim, cfg.NumKeyValueHeads*cfg.HeadDim, cfg.IntermediateSize
+	xa := 0
+	if m.lora != nil {
+		for _, p := range m.lora.layers[0] {
+			if p != nil {
+				xa += m.lora.cfg.Rank
+			}
+		}
+	}
+	qk := q + kv // the queries and keys
+	if m.layers[0].qNorm != nil {
+		qk *= 2 // before their norms too
+	}
+	// per position of one layer: the stream twice, the queries, keys and values, the
+	// attention's output, three MLP-wide rows and A·x
+	layer := 4 * float64(2*cfg.HiddenSize+qk+kv+q+3*I+xa)
+	L, N, H := float64(cfg.NumHiddenLayers), float64(n), float64(cfg.HiddenSize)
+	// Backward's own: four stream-wide rows (the stream's gradient, a norm's output, a half's
+	// input gradient and the other's, not yet collected), the attention output's gradient, the
+	// queries', keys' and values' (the first two twice with Qwen3's norms), an MLP-wide
+	// gradient, and the attention's weights and their gradients for a block of queries
+	backward = 4*N*float64(4*cfg.HiddenSize+q+qk+kv+I) + 8*float64(min(n, attnBlock))*N
+	if o.Dropout > 0 {
+		backward += 8 * N * float64(max(cfg.HiddenSize, q, I))
+	}
+	if o.Checkpointed {
+		return N * 4 * H * (L + 2), backward + N*layer
+	}
+	return N * (L*layer + 8*H), backward
+}
+
+func (m *Model) trace(ids []int32, o TraceOptions) (*Trace, error) {
 	if err := m.check(m.NewCache(), ids); err != nil {
 		return nil, err
 	}
 	cfg := m.cfg
 	root := m.base()
 	H, D, T := cfg.HiddenSize, cfg.HeadDim, len(ids)
-	nq, nkv, I := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
-	eps := cfg.RMSNormEps
-	tr := &Trace{m: m, n: T, cos: make([]float32, T*D/2), sin: make([]float32, T*D/2)}
+	tr := &Trace{m: m, n: T, cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed}
 	x := make([]float32, T*H)
 	for t, id := range ids {
 		for j, f := range m.invFreq {
@@ -108,40 +180,55 @@ func (m *Model) Trace(ids []int32) (*Trace, error) {
 		}
 		copy(x[t*H:(t+1)*H], root.embed[int(id)*H:])
 	}
-	h := make([]float32, T*H)
 	for l := range m.layers {
-		ly := &m.layers[l]
-		tl := traceLayer{x: x}
-		rmsNorm(h, x, ly.inputNorm, H, eps)
-		tl.q = m.traceProj(&tl, l, qProj, h, T, H, ly.wq, nq*D, ly.bq)
-		tl.k = m.traceProj(&tl, l, kProj, h, T, H, ly.wk, nkv*D, ly.bk)
-		tl.v = m.traceProj(&tl, l, vProj, h, T, H, ly.wv, nkv*D, ly.bv)
-		if ly.qNorm != nil {
-			tl.qRaw, tl.kRaw = tl.q, tl.k
-			tl.q, tl.k = make([]float32, len(tl.qRaw)), make([]float32, len(tl.kRaw))
-			rmsNorm(tl.q, tl.qRaw, ly.qNorm, D, eps)
-			rmsNorm(tl.k, tl.kRaw, ly.kNorm, D, eps)
+		tl, next := tr.layer(l, x)
+		if o.Checkpointed {
+			tl = traceLayer{x: x}
 		}
-		rope(tl.q, T, nq, D, tr.cos, tr.sin)
-		rope(tl.k, T, nkv, D, tr.cos, tr.sin)
-		tl.att = make([]float32, T*nq*D)
-		attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
-		mid := append([]float32(nil), x...)
-		addTo(mid, m.traceProj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo))
-		tl.mid = mid
-
-		rmsNorm(h, mid, ly.postNorm, H, eps)
-		tl.gate = m.traceProj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
-		tl.up = m.traceProj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
-		tl.act = swiglu(tl.gate, tl.up, T, I)
-		x = append([]float32(nil), mid...)
-		addTo(x, m.traceProj(&tl, l, downProj, tl.act, T, I, ly.down, H, ly.bDown))
 		tr.layers = append(tr.layers, tl)
+		x = next
 	}
 	tr.last = x
 	tr.hidden = make([]float32, T*H)
-	rmsNorm(tr.hidden, x, root.norm, H, eps)
+	rmsNorm(tr.hidden, x, root.norm, H, cfg.RMSNormEps)
 	return tr, nil
+}
+
+// layer runs layer l of the trace's model over x, the stream entering it ([n, hidden]), and
+// returns what its backward pass reads and the stream leaving it.
+func (tr *Trace) layer(l int, x []float32) (traceLayer, []float32) {
+	m := tr.m
+	cfg := m.cfg
+	H, D, T := cfg.HiddenSize, cfg.HeadDim, tr.n
+	nq, nkv, I := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
+	eps := cfg.RMSNormEps
+	ly := &m.layers[l]
+	tl := traceLayer{x: x}
+	h := make([]float32, T*H)
+	rmsNorm(h, x, ly.inputNorm, H, eps)
+	tl.q = tr.proj(&tl, l, qProj, h, T, H, ly.wq, nq*D, ly.bq)
+	tl.k = tr.proj(&tl, l, kProj, h, T, H, ly.wk, nkv*D, ly.bk)
+	tl.v = tr.proj(&tl, l, vProj, h, T, H, ly.wv, nkv*D, ly.bv)
+	if ly.qNorm != nil {
+		tl.qRaw, tl.kRaw = tl.q, tl.k
+		tl.q, tl.k = make([]float32, len(tl.qRaw)), make([]float32, len(tl.kRaw))
+		rmsNorm(tl.q, tl.qRaw, ly.qNorm, D, eps)
+		rmsNorm(tl.k, tl.kRaw, ly.kNorm, D, eps)
+	}
+	rope(tl.q, T, nq, D, tr.cos, tr.sin)
+	rope(tl.k, T, nkv, D, tr.cos, tr.sin)
+	tl.att = make([]float32, T*nq*D)
+	attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
+	tl.mid = append([]float32(nil), x...)
+	addTo(tl.mid, tr.proj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo))
+
+	rmsNorm(h, tl.mid, ly.postNorm, H, eps)
+	tl.gate = tr.proj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
+	tl.up = tr.proj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
+	tl.act = swiglu(tl.gate, tl.up, T, I)
+	out := append([]float32(nil), tl.mid...)
+	addTo(out, tr.proj(&tl, l, downProj, tl.act, T, I, ly.down, H, ly.bDown))
+	return tl, out
 }
 
 // swiglu is silu(gate)·up, row by row over the cores, as the forward pass computes it.
@@ -155,11 +242,64 @@ func swiglu(gate, up []float32, T, I int) []float32 {
 	return out
 }
 
-// traceProj is proj keeping the adapter's A·x in tl.
-func (m *Model) traceProj(tl *traceLayer, l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
-	y, xa := m.projA(l, mod, x, rows, in, w, out, b)
-	tl.xa[mod] = xa
+// proj is Model.proj keeping the adapter's A·x in tl, the adapter reading its input through
+// the trace's dropout masks.
+func (tr *Trace) proj(tl *traceLayer, l, mod int, x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
+	m := tr.m
+	if tr.dropout == 0 || m.lora.layers[l][mod] == nil {
+		y, xa := m.projA(l, mod, x, rows, in, w, out, b)
+		tl.xa[mod] = xa
+		return y
+	}
+	y := m.frozenProj(l, mod, x, rows, in, w, out, b)
+	tl.xa[mod] = m.lora.add(l, mod, y, tr.drop(l, mod, x, in, nil), rows)
 	return y
+}
+
+// drop returns x ([·, in] rows, a projection's input) through the dropout masks of layer l's
+// projection mod, into dst (made when nil; it may be x).
+func (tr *Trace) drop(l, mod int, x []float32, in int, dst []float32) []float32 {
+	if dst == nil {
+		dst = make([]float32, len(x))
+	}
+	parallel.Rows(len(x)/in, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			dropoutMask(tr.seed, l, mod, t, tr.dropout, x[t*in:(t+1)*in], dst[t*in:(t+1)*in])
+		}
+	})
+	return dst
+}
+
+// dropoutMask writes to dst row x (the input of layer l's projection mod at position t, as
+// module names index LoRAModules) through its LoRA dropout mask for seed: each element zeroed
+// with probability p, the others scaled by 1/(1−p). The mask is a function of (seed, l, mod,
+// t, the element's index) alone: 32 bits of a SplitMix64 stream per element, kept where they
+// are at least p·2³².
+func dropoutMask(seed uint64, l, mod, t int, p float64, x, dst []float32) {
+	thr := uint64(p * (1 << 32))
+	scale := float32(1 / (1 - p))
+	s := mix64(mix64(mix64(seed^0x6c6f72612d64726f)^uint64(l)<<32^uint64(mod)) ^ uint64(t))
+	var bits uint64
+	for i, v := range x {
+		if i&1 == 0 {
+			s += 0x9e3779b97f4a7c15
+			bits = mix64(s)
+		} else {
+			bits >>= 32
+		}
+		if bits&0xffffffff < thr {
+			dst[i] = 0
+		} else {
+			dst[i] = v * scale
+		}
+	}
+}
+
+// mix64 is SplitMix64's finaliser.
+func mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // Len is the number of positions traced.
@@ -215,11 +355,14 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 	h := make([]float32, T*H)
 	for l := len(tr.layers) - 1; l >= 0; l-- {
 		ly, tl := &m.layers[l], &tr.layers[l]
+		if tl.mid == nil { // checkpointed: this layer's forward pass again, from its input
+			*tl, _ = tr.layer(l, tl.x)
+		}
 
 		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
 		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
 		dAct := make([]float32, T*I)
-		m.projBack(grads, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
+		tr.projBack(grads, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
 		tl.act = nil
 		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
 			for i := lo * I; i < hi*I; i++ {
@@ -230,15 +373,15 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 			}
 		})
 		dh2 := make([]float32, T*H)
-		m.projBack(grads, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
-		m.projBack(grads, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
+		tr.projBack(grads, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
+		tr.projBack(grads, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
 		tl.gate, tl.up = nil, nil
 		rmsNormBack(dx, tl.mid, ly.postNorm, dh2, H, eps)
 
 		// Attention half: mid = x + o(attend(rope(q), rope(k), v)) over h = norm(x).
 		rmsNorm(h, tl.x, ly.inputNorm, H, eps)
 		dAtt := make([]float32, T*nq*D)
-		m.projBack(grads, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
+		tr.projBack(grads, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
 		dq, dk, dv := make([]float32, T*nq*D), make([]float32, T*nkv*D), make([]float32, T*nkv*D)
 		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
 		rope(dq, T, nq, D, tr.cos, negSin)
@@ -250,9 +393,9 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 			dq, dk = dqr, dkr
 		}
 		dh1 := make([]float32, T*H)
-		m.projBack(grads, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
-		m.projBack(grads, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
-		m.projBack(grads, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
+		tr.projBack(grads, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
+		tr.projBack(grads, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
+		tr.projBack(grads, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
 		rmsNormBack(dx, tl.x, ly.inputNorm, dh1, H, eps)
 		tr.layers[l] = traceLayer{}
 	}
@@ -260,11 +403,12 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 	return nil
 }
 
-// projBack is the backward pass of traceProj for projection mod of layer l: given dy, the
+// projBack is the backward pass of proj for projection mod of layer l: given dy, the
 // gradient of its output [rows, out], and x, its input [rows, in], it adds the input's
 // gradient to dx and, where the projection is adapted, the adapter's gradients to grads. The
 // weight w is [out, in]; nil means the model holds it transposed (Share).
-func (m *Model) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []float32, rows, in int, w []float32, out int, dx []float32) {
+func (tr *Trace) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []float32, rows, in int, w []float32, out int, dx []float32) {
+	m := tr.m
 	if w != nil { // dx += dy·W, W [out, in]
 		mul(rows, in, out, dy, out, 1, w, in, dx, in, true)
 	} else { // dx += dy·tᵀ, t [in, out]: the LM head's product (SetHead), which reads t in place
@@ -276,8 +420,9 @@ func (m *Model) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []fl
 	}
 	g := grads.layers[l][mod]
 	r, s := m.lora.cfg.Rank, m.lora.scale
-	xa := tl.xa[mod] // A·x, [rows, r]
-	// y += s·(x·Aᵀ)·Bᵀ: dB += s·dyᵀ·xa, d(xa) = s·dy·B, dA += d(xa)ᵀ·x, dx += d(xa)·A.
+	xa := tl.xa[mod] // A·drop(x), [rows, r]
+	// y += s·(drop(x)·Aᵀ)·Bᵀ: dB += s·dyᵀ·xa, d(xa) = s·dy·B, dA += d(xa)ᵀ·drop(x),
+	// dx += drop(d(xa)·A) (the same mask: zeroed where the input was, scaled alike).
 	sxa := make([]float32, len(xa))
 	for i, v := range xa {
 		sxa[i] = s * v
@@ -288,8 +433,15 @@ func (m *Model) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []fl
 	for i := range dxa {
 		dxa[i] *= s
 	}
-	mul(r, in, rows, dxa, 1, r, x, in, g.a, in, true)
-	mul(rows, in, r, dxa, r, 1, p.a, in, dx, in, true)
+	if tr.dropout == 0 {
+		mul(r, in, rows, dxa, 1, r, x, in, g.a, in, true)
+		mul(rows, in, r, dxa, r, 1, p.a, in, dx, in, true)
+	} else {
+		mul(r, in, rows, dxa, 1, r, tr.drop(l, mod, x, in, nil), in, g.a, in, true)
+		dxd := make([]float32, rows*in)
+		mul(rows, in, r, dxa, r, 1, p.a, in, dxd, in, false)
+		addTo(dx, tr.drop(l, mod, dxd, in, dxd))
+	}
 	tl.xa[mod] = nil
 }
 
