@@ -24,7 +24,7 @@ import (
 // every step through the whole graph, =auto through the graphs as the policy decides (by
 // default a step takes the host path where the learner trains there, pretrained_host.go,
 // else the graphs as the policy decides; AGRL_BENCH_CHECKPOINT=1 checkpoints every trace of
-// the host's steps). For each
+// the host's steps; AGRL_BENCH_DROPOUT sets LoRA dropout). For each
 // width it prints one JSON line: tokens/s (the faster of two steps after a warm-up step that
 // compiles the graphs) and the peak resident memory above the loaded model (VmHWM after the
 // loading's garbage was returned to the OS and the peak reset through /proc/self/clear_refs;
@@ -57,7 +57,14 @@ func TestLongStepMemory(t *testing.T) {
 	if lengths != nil {
 		batches = [][]int{lengths}
 	}
-	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	dropout := 0.0
+	if s := os.Getenv("AGRL_BENCH_DROPOUT"); s != "" {
+		var err error
+		if dropout, err = strconv.ParseFloat(s, 64); err != nil {
+			t.Fatalf("AGRL_BENCH_DROPOUT: %v", err)
+		}
+	}
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32).Dropout(dropout), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +109,9 @@ func TestLongStepMemory(t *testing.T) {
 			"peak_above_model_gb": float64(int((peak-base)/1e7+0.5)) / 100}
 		host := l.(*pretrainedTrainer).hostTraining()
 		rec["on_host"] = host
+		if dropout > 0 {
+			rec["dropout"] = dropout
+		}
 		if host && len(seqs) == 1 {
 			m, err := p.hostModel()
 			if err != nil {
