@@ -109,8 +109,9 @@ func (p PretrainedLM) Targets(modules ...string) PretrainedLM {
 
 // Dropout sets lora_dropout, in [0, 1) (default 0): the learner's training steps zero each
 // input entry of every adapter term with this probability (a fresh mask per projection, layer,
-// micro-batch, step and learner — warm start or GRPO — drawn from the run's seed, so a resumed
-// run draws the same ones), as PEFT does in training mode; sampling, scoring and the reference policy apply none.
+// step, learner — warm start or GRPO — and micro-batch on the graphs or sequence in a host
+// step, drawn from the run's seed, so a resumed run draws the same ones), as PEFT does in
+// training mode; sampling, scoring and the reference policy apply none.
 // It is saved with the adapters (PEFT reads it). With dropout the learner's log-probs are not
 // the scorer's, so a step record cannot re-derive its loss (agrl inspect says so).
 func (p PretrainedLM) Dropout(d float64) PretrainedLM { p.dropout = d; return p }

@@ -22,8 +22,10 @@ import (
 // A·x. About 30 KB a position and layer at the SmolLM2-135M shape with every projection
 // adapted (0.9 MB a position in all), 80 KB at Qwen3-0.6B's. The attention's weights are
 // recomputed in the backward pass, not kept (they are positions² per head). A checkpointed
-// trace (TraceOptions.Checkpointed) keeps only each layer's input stream (2.3 KB a position and layer
-// at the SmolLM2-135M shape, 4 KB at Qwen3-0.6B's) and runs each layer again in Backward.
+// trace (TraceOptions.Checkpointed) keeps only each layer's input stream (2.3 KB a position
+// and layer at the SmolLM2-135M shape, 4 KB at Qwen3-0.6B's) and runs each layer again in
+// Backward. LoRA dropout (TraceOptions.Dropout) draws its masks again where Backward needs
+// them rather than keeping them.
 
 // mulKernel, when set by SetMul, computes mul's products.
 var mulKernel func(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool)

@@ -73,7 +73,7 @@ func TestModelRandomWritesTheFixture(t *testing.T) {
 func TestTrainPretrained(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	code, stdout, stderr := runCLI("train", "--env", "calc", "--model", fixture, "--lora-rank", "4", "--lora-alpha", "8",
-		"--micro-batch", "4", "--steps", "2", "--group", "4", "--tasks", "1", "--eval-tasks", "2", "--eval-every", "0",
+		"--lora-dropout", "0.1", "--lora-targets", "q_proj, v_proj,down_proj", "--micro-batch", "4", "--steps", "2", "--group", "4", "--tasks", "1", "--eval-tasks", "2", "--eval-every", "0",
 		"--max-action-tokens", "8", "--decoding", "graph", "--out", out, "--quiet")
 	if code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
@@ -87,8 +87,9 @@ func TestTrainPretrained(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run.Config.Pretrained == nil || run.Config.Pretrained.Rank != 4 || run.Config.Pretrained.Decoding != "graph" || run.Config.WarmStart != nil || run.Config.Screen != 0 {
-		t.Fatalf("config: pretrained %+v, warm start %+v, screen %d", run.Config.Pretrained, run.Config.WarmStart, run.Config.Screen)
+	if pc := run.Config.Pretrained; pc == nil || pc.Rank != 4 || pc.Dropout != 0.1 || !slices.Equal(pc.Targets, []string{"q_proj", "v_proj", "down_proj"}) ||
+		pc.Decoding != "graph" || run.Config.WarmStart != nil || run.Config.Screen != 0 {
+		t.Fatalf("config: pretrained %+v, warm start %+v, screen %d", pc, run.Config.WarmStart, run.Config.Screen)
 	}
 	// The trained adapters act in agrl play, in the model's own format.
 	prev := stdin
@@ -219,6 +220,8 @@ func TestTrainPretrainedFull(t *testing.T) {
 	}
 	for _, bad := range [][]string{
 		{"train", "--model", fixture, "--full", "--lora-rank", "4", "--out", filepath.Join(t.TempDir(), "x")},
+		{"train", "--model", fixture, "--full", "--lora-dropout", "0.1", "--out", filepath.Join(t.TempDir(), "x")},
+		{"train", "--lora-targets", "q_proj", "--out", filepath.Join(t.TempDir(), "x")},
 		{"train", "--full", "--out", filepath.Join(t.TempDir(), "y")},
 		{"train", "--decoding", "graph", "--out", filepath.Join(t.TempDir(), "z")},
 		{"train", "--weights", "bfloat16", "--out", filepath.Join(t.TempDir(), "w")},

@@ -17,6 +17,7 @@ import (
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/learn"
+	"agrl.dev/agrl/llm"
 	"agrl.dev/agrl/nb"
 	"agrl.dev/envs"
 )
@@ -44,18 +45,21 @@ type trainFlags struct {
 	plateau                           int
 	newSettings                       bool
 	watchdog                          time.Duration
-	// model is a pretrained model directory (-model); loraRank, loraAlpha and micro its LoRA
-	// rank and alpha and the sequences per graph call.
+	// model is a pretrained model directory (-model); loraRank, loraAlpha, loraDropout and
+	// loraTargets its LoRA settings (the targets comma-separated), micro the sequences per
+	// graph call.
 	model           string
 	loraRank, micro int
 	// callMemory is -call-memory (GiB).
-	callMemory float64
-	loraAlpha  float64
-	full       bool   // -full: train every weight of the -model, not LoRA adapters
-	decoding   string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
-	chatFormat string // -chat-format: the -model's chat format by name (agrl.PretrainedLM.ChatFormat)
-	compute    string // -compute: the dtype of the -model's products (agrl.PretrainedLM.Compute)
-	weights    string // -weights: the -model's base weights' storage (agrl.PretrainedLM.Weights)
+	callMemory  float64
+	loraAlpha   float64
+	loraDropout float64
+	loraTargets string
+	full        bool   // -full: train every weight of the -model, not LoRA adapters
+	decoding    string // -decoding: where the -model's rollouts decode (agrl.PretrainedLM.Decoding)
+	chatFormat  string // -chat-format: the -model's chat format by name (agrl.PretrainedLM.ChatFormat)
+	compute     string // -compute: the dtype of the -model's products (agrl.PretrainedLM.Compute)
+	weights     string // -weights: the -model's base weights' storage (agrl.PretrainedLM.Weights)
 	// given lists the flags that args set explicitly, each between "|" (a string, so that
 	// trainFlags stays comparable: the sweep keys maps by it).
 	given string
@@ -192,6 +196,8 @@ func (f *trainFlags) register(fs interface {
 	fs.StringVar(&f.model, "model", "", "train this pretrained Hugging Face model (a directory, or a hub id such as Qwen/Qwen3-0.6B, downloaded once into $AGRL_HUB_CACHE; HF_ENDPOINT and HF_TOKEN apply) — Qwen3, Qwen2.5, Llama 3.x, SmolLM2 — with LoRA (or every weight, -full) instead of the Tiny model; task screening is off, and the warm start too unless -sft-steps is given (it then trains the adapters, or the weights, on the demonstrations in the model's own chat format)")
 	fs.IntVar(&f.loraRank, "lora-rank", pre.Rank, "LoRA rank r of a -model")
 	fs.Float64Var(&f.loraAlpha, "lora-alpha", pre.Alpha, "LoRA alpha of a -model (the adapters' output is scaled by alpha/r)")
+	fs.Float64Var(&f.loraDropout, "lora-dropout", pre.Dropout, "LoRA dropout of a -model, in [0, 1): the training steps zero each entry of an adapter's input with this probability (PEFT's lora_dropout)")
+	fs.StringVar(&f.loraTargets, "lora-targets", strings.Join(pre.TargetModules, ","), "the projections a -model's LoRA adapters train, comma-separated, of "+strings.Join(llm.LoRAModules(), ", "))
 	fs.BoolVar(&f.full, "full", false, "fully fine-tune the -model (every weight trained, no LoRA adapters; for small models: 16 bytes a parameter for the weights, gradients and AdamW, plus copies for the sampler and the KL reference); checkpoints are then whole model directories")
 	fs.StringVar(&f.chatFormat, "chat-format", "", "the chat and tool-call format a -model talks, for a model whose chat template agrl does not know byte for byte: "+strings.Join(agrl.ChatFormats(), ", ")+` (Llama 3.1 and 3.3 Instruct: llama3; qwen3-no-thinking turns Qwen3's reasoning off); default: the model's own template's`)
 	fs.StringVar(&f.decoding, "decoding", "", `where a -model's rollouts run: "host" (agrl/llm's KV cache and kernels, the fastest on a CPU) or "graph" (the model's graph on the -backend, KV caches in its memory: on a GPU, sampling runs there); default host on the go backend, graph on any other`)
@@ -304,9 +310,9 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 		if err := fetchModel(f.model, stderr); err != nil {
 			errs = append(errs, err)
 		}
-		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).MicroBatch(f.micro).CallMemory(f.callMemory).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat).Compute(f.compute)
+		p := agrl.Pretrained(f.model).LoRA(f.loraRank, f.loraAlpha).Dropout(f.loraDropout).Targets(splitList(f.loraTargets)...).MicroBatch(f.micro).CallMemory(f.callMemory).Decoding(f.decoding).Weights(f.weights).ChatFormat(f.chatFormat).Compute(f.compute)
 		if f.full {
-			for _, name := range []string{"lora-rank", "lora-alpha"} {
+			for _, name := range []string{"lora-rank", "lora-alpha", "lora-dropout", "lora-targets"} {
 				if strings.Contains(f.given, "|"+name+"|") {
 					errs = append(errs, fmt.Errorf("-%s does not apply to -full (no adapters)", name))
 				}
@@ -322,7 +328,7 @@ func (f *trainFlags) config(stderr io.Writer) (agrl.GRPO, error) {
 			f.sftSteps = 0
 		}
 	} else {
-		for _, name := range []string{"full", "lora-rank", "lora-alpha", "micro-batch", "call-memory", "decoding", "weights", "chat-format", "compute"} {
+		for _, name := range []string{"full", "lora-rank", "lora-alpha", "lora-dropout", "lora-targets", "micro-batch", "call-memory", "decoding", "weights", "chat-format", "compute"} {
 			if strings.Contains(f.given, "|"+name+"|") {
 				errs = append(errs, fmt.Errorf("-%s applies to a pretrained -model only", name))
 			}
@@ -683,6 +689,19 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, w)
 	}
 	return nil
+}
+
+// splitList splits a comma-separated list, its items trimmed (an empty string is no items;
+// an empty item stays, for the configuration's validation to name).
+func splitList(s string) []string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	items := strings.Split(s, ",")
+	for i, v := range items {
+		items[i] = strings.TrimSpace(v)
+	}
+	return items
 }
 
 // parseMix reads "easy,medium,hard" shares such as "0.1,0.3,0.6" (they must sum to 1).
