@@ -274,26 +274,24 @@ func (tr *Trace) drop(l, mod int, x []float32, in int, dst []float32) []float32 
 
 // dropoutMask writes to dst row x (the input of layer l's projection mod at position t, as
 // module names index LoRAModules) through its LoRA dropout mask for seed: each element zeroed
-// with probability p, the others scaled by 1/(1−p). The mask is a function of (seed, l, mod,
-// t, the element's index) alone: 32 bits of a SplitMix64 stream per element, kept where they
-// are at least p·2³².
+// with probability p (multiplied by 0, without a branch), the others scaled by 1/(1−p). The
+// mask is a function of (seed, l, mod, t, the element's index) alone: 32 bits of a SplitMix64
+// stream per element, kept where they are at least p·2³².
 func dropoutMask(seed uint64, l, mod, t int, p float64, x, dst []float32) {
 	thr := uint64(p * (1 << 32))
-	scale := float32(1 / (1 - p))
+	factor := [2]float32{float32(1 / (1 - p)), 0} // kept, dropped
 	s := mix64(mix64(mix64(seed^0x6c6f72612d64726f)^uint64(l)<<32^uint64(mod)) ^ uint64(t))
-	var bits uint64
-	for i, v := range x {
-		if i&1 == 0 {
-			s += 0x9e3779b97f4a7c15
-			bits = mix64(s)
-		} else {
-			bits >>= 32
-		}
-		if bits&0xffffffff < thr {
-			dst[i] = 0
-		} else {
-			dst[i] = v * scale
-		}
+	dst = dst[:len(x)]
+	i := 0
+	for ; i+2 <= len(x); i += 2 { // branch-free: each element's flag indexes factor
+		s += 0x9e3779b97f4a7c15
+		bits := mix64(s)
+		dst[i] = x[i] * factor[((bits&0xffffffff)-thr)>>63]
+		dst[i+1] = x[i+1] * factor[((bits>>32)-thr)>>63]
+	}
+	if i < len(x) {
+		s += 0x9e3779b97f4a7c15
+		dst[i] = x[i] * factor[((mix64(s)&0xffffffff)-thr)>>63]
 	}
 }
 

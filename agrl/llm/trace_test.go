@@ -353,3 +353,16 @@ func TestDropoutMask(t *testing.T) {
 		t.Error("p = 0 changes the row")
 	}
 }
+
+// BenchmarkDropoutMask: one MLP-wide row (1,536 features, SmolLM2-135M's down_proj input)
+// through its mask.
+func BenchmarkDropoutMask(b *testing.B) {
+	x, dst := make([]float32, 1536), make([]float32, 1536)
+	for i := range x {
+		x[i] = float32(i)
+	}
+	b.SetBytes(4 * int64(len(x)))
+	for t := 0; b.Loop(); t++ {
+		dropoutMask(7, 3, 2, t, 0.1, x, dst)
+	}
+}
