@@ -139,20 +139,9 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 
 // sameGrads reports whether two steps' gradients are equal bit for bit.
 func sameGrads(a, b [][]float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if len(a[i]) != len(b[i]) {
-			return false
-		}
-		for j := range a[i] {
-			if math.Float32bits(a[i][j]) != math.Float32bits(b[i][j]) {
-				return false
-			}
-		}
-	}
-	return true
+	return slices.EqualFunc(a, b, func(x, y []float32) bool {
+		return slices.EqualFunc(x, y, func(u, v float32) bool { return math.Float32bits(u) == math.Float32bits(v) })
+	})
 }
 
 // TestHostPlan: a micro-batch's traces stay whole while its estimate fits the call budget,
