@@ -101,9 +101,19 @@ func (p PretrainedLM) LoRA(rank int, alpha float64) PretrainedLM {
 func (p PretrainedLM) Full() PretrainedLM { p.full = true; return p }
 
 // Targets sets the adapted projections (names from llm.LoRAModules: "q_proj", "k_proj",
-// "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj").
+// "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"), kept in that order whatever order
+// they are given in (a run's settings compare the same on resume); an unknown name stays,
+// after them, for Validate to name.
 func (p PretrainedLM) Targets(modules ...string) PretrainedLM {
+	order := llm.LoRAModules()
+	rank := func(m string) int {
+		if i := slices.Index(order, m); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
 	p.targets = slices.Clone(modules)
+	slices.SortStableFunc(p.targets, func(a, b string) int { return rank(a) - rank(b) })
 	return p
 }
 
@@ -309,12 +319,16 @@ type PretrainedRecord struct {
 	Targets []string `json:"lora_targets"`
 	System  string   `json:"system,omitempty"`
 	// Backend is the compute backend ("" means the learner's default); MicroBatch the
-	// sequences per graph call. Neither changes what is trained.
+	// sequences per graph call. Neither changes what is trained, beyond rounding, except
+	// under LoRA dropout: they (and CallMemoryGiB) decide where a micro-batch trains, on the
+	// graphs (masks per call) or the host (masks per sequence), so a resume that changes them
+	// draws other masks from then on.
 	Backend    string `json:"backend"`
 	Decoding   string `json:"decoding,omitempty"`
 	MicroBatch int    `json:"micro_batch"`
 	// CallMemoryGiB is CallMemory where it is not the default (DefaultCallMemoryGiB, recorded
-	// as 0); like MicroBatch it does not change what is trained.
+	// as 0); like MicroBatch it does not change what is trained (but see Backend's note on
+	// dropout).
 	CallMemoryGiB float64 `json:"call_memory_gib,omitempty"`
 	// Weights is the base weights' storage ("bfloat16"; empty for float32). It changes what is
 	// computed for a float32 checkpoint (its weights are rounded), so a resume keeps it.

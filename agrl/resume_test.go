@@ -146,6 +146,28 @@ func TestPretrainedChatFormatResume(t *testing.T) {
 	}
 }
 
+// TestPretrainedTargetsResume: LoRA targets are kept in llm.LoRAModules' order, so a resume
+// that lists them in another order changes nothing; another set is a model change; an
+// unknown name stays for Validate to name.
+func TestPretrainedTargetsResume(t *testing.T) {
+	cfg, err := asMap(toyGRPO().Pretrained(Pretrained("models/m").Targets("v_proj", "q_proj")).Resolved())
+	if err != nil {
+		t.Fatal(err)
+	}
+	binding, _, err := toyGRPO().Pretrained(Pretrained("models/m").Targets("q_proj", "v_proj")).ResumeChanges(cfg)
+	if err != nil || len(binding) != 0 {
+		t.Errorf("the same targets in another order: changes %v, %v", binding, err)
+	}
+	binding, _, err = toyGRPO().Pretrained(Pretrained("models/m").Targets("q_proj", "k_proj")).ResumeChanges(cfg)
+	if m := ModelChanges(binding); err != nil || len(m) != 1 || m[0].Setting != "pretrained.lora_targets" {
+		t.Errorf("other targets: model changes %v, %v", m, err)
+	}
+	got := Pretrained("m").Targets("down_proj", "bogus", "q_proj").Spec().LoRA.TargetModules
+	if !slices.Equal(got, []string{"q_proj", "down_proj", "bogus"}) {
+		t.Errorf("targets %v", got)
+	}
+}
+
 // TestPretrainedComputeResume: bfloat16 compute changes what is computed, so a resume cannot
 // change it; a bad dtype is a validation error.
 func TestPretrainedComputeResume(t *testing.T) {

@@ -1186,8 +1186,9 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 // byLength is b's sequences (and names' values) shortest first, in their order where lengths
 // tie, so that micro-batches group sequences of like length and pad them to narrower widths:
 // a step's loss and gradients are sums over its sequences, which the order changes only by
-// rounding (TestPadRowsSameStep), and a batch trains the same, bit for bit, in whatever
-// order it comes (with dropout too).
+// rounding (TestPadRowsSameStep), and a batch whose sequences come in another order trains
+// the same, bit for bit, unless sequences of equal length swap places (with LoRA dropout
+// they then swap masks too).
 func byLength(b TrainBatch, names []string) TrainBatch {
 	order := shortestFirst(b.Tokens)
 	out := TrainBatch{Tokens: make([][]int32, len(order)), Values: map[string][][]float32{}}

@@ -39,7 +39,9 @@ import (
 // which split it segment by segment (hostPlan). With LoRA dropout each sequence draws its own
 // masks (llm.TraceOptions.Dropout), seeded by dropoutSeed of the step and its place in the
 // batch: not the graphs' masks (those are drawn over a call's tensors), the same whatever the
-// micro-batches, and the same again on resume. Measured in docs/llm.md ("LoRA steps on the
+// micro-batches, and the same again on a resume with the same settings (changing CallMemory,
+// MicroBatch or the backend on resume can move a micro-batch between the host and the
+// graphs, and so change its masks). Measured in docs/llm.md ("LoRA steps on the
 // host").
 
 // hostTraining reports whether a learner's steps take the host path: LoRA (with or without

@@ -191,8 +191,9 @@ func TestHostPlan(t *testing.T) {
 
 // TestHostLoRADropout: a host step with LoRA dropout draws each sequence's masks from the
 // step and its place in the batch, so the step is the same (to rounding) whether its batch
-// trains in micro-batches of 4 or one sequence at a time; the same again when run again
-// (bit for bit); and not the step without dropout. (The masks' gradients against finite
+// trains in micro-batches of 4 or one sequence at a time; the same again when run again, and
+// with checkpointed traces (whose layers, run again, draw the masks again), bit for bit; and
+// not the step without dropout. (The masks' gradients against finite
 // differences: agrl/llm's TestBackwardFiniteDifferences.)
 func TestHostLoRADropout(t *testing.T) {
 	if !hostKernels {
@@ -200,12 +201,13 @@ func TestHostLoRADropout(t *testing.T) {
 	}
 	dir := tinyFamily(t, hf.Qwen3)
 	batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8)
-	step := func(micro int, dropout float64) [][]float32 {
+	step := func(micro int, dropout float64, checkpointed bool) [][]float32 {
 		p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(4, 8).MicroBatch(micro).Dropout(dropout), 5)
 		if err != nil {
 			t.Fatal(err)
 		}
 		withRandomAdapters(t, p)
+		p.checkpointTraces = checkpointed
 		l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
 		if err != nil {
 			t.Fatal(err)
@@ -221,9 +223,12 @@ func TestHostLoRADropout(t *testing.T) {
 		}
 		return grads
 	}
-	four, one, again, plain := step(4, 0.3), step(1, 0.3), step(4, 0.3), step(4, 0)
+	four, one, again, plain := step(4, 0.3, false), step(1, 0.3, false), step(4, 0.3, false), step(4, 0, false)
 	if !sameGrads(four, again) {
 		t.Error("the same step run twice: different gradients")
+	}
+	if !sameGrads(four, step(4, 0.3, true)) {
+		t.Error("checkpointed traces under dropout: different gradients")
 	}
 	moved := 0.0
 	for i := range four {

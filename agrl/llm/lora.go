@@ -76,8 +76,9 @@ type LoRAConfig struct {
 	// scaling; rsLoRA's Alpha/√Rank is not supported). PEFT's default is 8; Alpha = 2·Rank is common.
 	Alpha float64
 	// Dropout is lora_dropout, in [0, 1): the probability with which a trainer zeroes each input
-	// of the adapter path. It is recorded and saved; the forward pass of this package is for
-	// inference and applies no dropout.
+	// of the adapter path. It is recorded and saved; this package's inference (Step, Logits,
+	// the samplers) applies no dropout, a training trace applies what TraceOptions.Dropout
+	// says.
 	Dropout float64
 	// TargetModules names the projections adapted in every decoder layer, from LoRAModules
 	// (PEFT's target_modules; all seven is what PEFT's "all-linear" gives these models). The

@@ -94,7 +94,7 @@ type traceLayer struct {
 // Trace runs the model (with its adapters, if any) over ids from position 0, as Logits would,
 // and keeps what Backward needs. ids must be non-empty, inside the vocabulary and no longer
 // than max_position_embeddings. Its hidden states are bit for bit those of Step over the same
-// ids.
+// ids (TraceWith's too, checkpointed or not, without dropout).
 func (m *Model) Trace(ids []int32) (*Trace, error) { return m.TraceWith(ids, TraceOptions{}) }
 
 // TraceOptions are a trace's settings besides its tokens (TraceWith).

@@ -73,7 +73,7 @@ func TestModelRandomWritesTheFixture(t *testing.T) {
 func TestTrainPretrained(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	code, stdout, stderr := runCLI("train", "--env", "calc", "--model", fixture, "--lora-rank", "4", "--lora-alpha", "8",
-		"--lora-dropout", "0.1", "--lora-targets", "q_proj, v_proj,down_proj", "--micro-batch", "4", "--steps", "2", "--group", "4", "--tasks", "1", "--eval-tasks", "2", "--eval-every", "0",
+		"--lora-dropout", "0.1", "--lora-targets", "down_proj,q_proj, v_proj", "--micro-batch", "4", "--steps", "2", "--group", "4", "--tasks", "1", "--eval-tasks", "2", "--eval-every", "0",
 		"--max-action-tokens", "8", "--decoding", "graph", "--out", out, "--quiet")
 	if code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
