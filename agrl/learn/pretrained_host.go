@@ -41,8 +41,8 @@ import (
 // batch: not the graphs' masks (those are drawn over a call's tensors), the same whatever the
 // micro-batches, and the same again on a resume with the same settings (changing CallMemory,
 // MicroBatch or the backend on resume can move a micro-batch between the host and the
-// graphs, and so change its masks). Measured in docs/llm.md ("LoRA steps on the
-// host").
+// graphs, and so change its masks). Measured in docs/llm.md ("LoRA steps on the host",
+// "Checkpointed traces and LoRA dropout on the host").
 
 // hostTraining reports whether a learner's steps take the host path: LoRA (with or without
 // dropout), on a policy that scores on the host with the host kernels installed.
@@ -232,8 +232,8 @@ var headBlock = 128
 // hostPlan decides how a micro-batch of seqs trains on the host within the call budget
 // (CallMemory), m being the host model with its adapters: each sequence's trace whole
 // (llm.Trace) while the micro-batch fits, shortest first, the rest checkpointed
-// (llm.TraceOptions.Checkpointed, checkpoint[i] set); ok is false where it does not fit even with
-// every trace checkpointed (it then trains through the graphs, segment by segment where
+// (llm.TraceOptions.Checkpointed, checkpoint[i] set); ok is false where it does not fit even
+// with every trace checkpointed (it then trains through the graphs, segment by segment where
 // needed). The estimate (hostBytes) counts every trace held at once, the log-probs kept (at
 // most hostKeepBytes), the head's block and the largest backward pass's working memory.
 func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32) (checkpoint []bool, ok bool) {
