@@ -152,6 +152,8 @@ type StepPhase struct {
 	// and after it), "evaluation before training, dev: 3 of 64 episodes done" as each episode ends,
 	// Step then the step evaluated after (0 before training).
 	What string
+	// Evaluation is set for an evaluation's phases.
+	Evaluation bool
 	// Elapsed is the time since the step began (for an evaluation's phases, since the split's
 	// evaluation began).
 	Elapsed time.Duration

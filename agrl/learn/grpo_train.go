@@ -613,9 +613,10 @@ func (t *GRPOTrainer) evalProgress(label string, s agrl.Split, step int) func(do
 	case agrl.LabelFinal:
 		when = "after training"
 	}
-	t.begun = time.Now()
+	begun := time.Now()
 	return func(done, total int) {
-		t.phase(step, "evaluation %s, %s: %d of %d episodes done", when, s, done, total)
+		t.onPhase(agrl.StepPhase{Step: step, Evaluation: true, Elapsed: time.Since(begun),
+			What: fmt.Sprintf("evaluation %s, %s: %d of %d episodes done", when, s, done, total)})
 	}
 }
 

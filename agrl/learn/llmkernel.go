@@ -121,16 +121,7 @@ func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 				gemmSet(t1-t0, w, D, q[t0*nq*D+hd*D:], nq*D, 1, kt, n, s, w)
 				for t := t0; t < t1; t++ {
 					row := s[(t-t0)*w : (t-t0+1)*w]
-					vis := row[:start+t+1]
-					mx := float32(math.Inf(-1))
-					for j, v := range vis {
-						vis[j] = v * scale
-						mx = max(mx, vis[j])
-					}
-					sum := expSum(vis, mx)
-					for j := range vis {
-						vis[j] /= sum
-					}
+					llm.Softmax(row[:start+t+1], scale) // its exponentials by expSum (init installs it)
 					clear(row[start+t+1:])
 				}
 				gemmSet(t1-t0, D, w, s, w, 1, values[kh*D:], kvw, out[t0*nq*D+hd*D:], nq*D)

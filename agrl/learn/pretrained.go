@@ -1105,18 +1105,18 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			}
 			vals = append(vals, tensors.FromFlatDataAndDimensions(flat, rows, width))
 		}
-		var rng *tensors.Tensor
-		if t.dropout {
-			if rng, err = dropoutState(p.seed, t.name, step, ci); err != nil {
-				return agrl.StepStats{}, err
-			}
-		}
 		var loss float64
 		var metrics []float64
 		var checkpoint []bool
 		onHost := false
 		if hostModel != nil {
 			checkpoint, onHost = p.hostPlan(hostModel, b.Tokens[c[0]:c[1]])
+		}
+		var rng *tensors.Tensor // the graphs' dropout masks' state
+		if t.dropout && !onHost {
+			if rng, err = dropoutState(p.seed, t.name, step, ci); err != nil {
+				return agrl.StepStats{}, err
+			}
 		}
 		if onHost {
 			opts := make([]llm.TraceOptions, c[1]-c[0])

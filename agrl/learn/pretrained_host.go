@@ -134,13 +134,16 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 		stats[k] = make([]float32, rows*np)
 	}
 	traces := make([]*llm.Trace, len(seqs))
+	// probs holds a block's probabilities (then the logits' gradient), block after block.
+	probs := make([]float32, min(headBlock, width)*V)
 	// block runs rows r0 … r1-1 of sequence i's hidden states through the head: their
-	// log-probs (in place of the logits, [rows, V]), probabilities and entropies. The head
-	// goes headBlock positions at a time, so that its vocabulary-wide rows take bounded memory.
+	// log-probs (in place of the logits, [rows, V]), probabilities (in probs) and entropies.
+	// The head goes headBlock positions at a time, so that its vocabulary-wide rows take
+	// bounded memory.
 	block := func(i, r0, r1 int, ent []float32) (lp, pr []float32) {
 		n := r1 - r0
 		lp = headNT(traces[i].Hidden()[r0*H:r1*H], n, H, head, V)
-		pr = make([]float32, n*V)
+		pr = probs[:n*V]
 		rowsDo(nw, n, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				ent[r0+r] = logSoftmaxRow(lp[r*V:(r+1)*V], t.ban, t.invT, pr[r*V:(r+1)*V])
@@ -194,7 +197,7 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 			r1 := min(n, r0+headBlock)
 			var lp, pr []float32
 			if lps[i] != nil {
-				lp, pr = lps[i][r0*V:r1*V], make([]float32, (r1-r0)*V)
+				lp, pr = lps[i][r0*V:r1*V], probs[:(r1-r0)*V]
 				rowsDo(nw, r1-r0, func(lo, hi int) {
 					copy(pr[lo*V:hi*V], lp[lo*V:hi*V])
 					for r := lo; r < hi; r++ {

@@ -771,7 +771,10 @@ func TestEvaluationPhases(t *testing.T) {
 	var got []string
 	var last time.Duration
 	tr.OnPhase(func(ph agrl.StepPhase) {
-		if !strings.HasPrefix(ph.What, "evaluation") {
+		if strings.HasPrefix(ph.What, "evaluation") != ph.Evaluation {
+			t.Errorf("%q: Evaluation %v", ph.What, ph.Evaluation)
+		}
+		if !ph.Evaluation {
 			return
 		}
 		if strings.HasSuffix(ph.What, ": 1 of 4 episodes done") {

@@ -480,14 +480,8 @@ func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
 						}
 						row, drow := p[r*w:(r+1)*w], dp[r*w:(r+1)*w]
 						vis := row[:t+1]
-						mx := float32(math.Inf(-1))
-						for j, s := range vis {
-							vis[j] = s * scale
-							mx = max(mx, vis[j])
-						}
-						sum := expSumLoop(vis, mx)
+						Softmax(vis, scale)
 						for j := range vis {
-							vis[j] /= sum
 							drow[j] = vis[j] * (drow[j] - delta) * scale
 						}
 						clear(row[t+1:])
@@ -504,6 +498,21 @@ func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
 
 // attnBlock is how many query rows attendBack takes at once (a variable for tests).
 var attnBlock = 128
+
+// Softmax replaces x by softmax(scale·x), in place: the attention's weights of one query
+// over the positions it sees, as the forward kernels (SetAttention's) and the backward pass
+// compute them, the exponentials through the SetExpSum kernel.
+func Softmax(x []float32, scale float32) {
+	mx := float32(math.Inf(-1))
+	for j, v := range x {
+		x[j] = v * scale
+		mx = max(mx, x[j])
+	}
+	sum := expSumLoop(x, mx)
+	for j := range x {
+		x[j] /= sum
+	}
+}
 
 // expSumLoop replaces each x by exp(x − shift) and returns their sum: the installed kernel
 // (SetExpSum) or the portable loop.

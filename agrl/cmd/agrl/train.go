@@ -508,9 +508,8 @@ func (p *progress) phase(ph agrl.StepPhase) {
 		fmt.Fprintf(p.w, "\r\033[K%s", line)
 		return
 	}
-	eval := strings.HasPrefix(ph.What, "evaluation")
-	if ph.Step != p.phaseStep || eval != p.phaseEval || ph.Elapsed < p.lastElapsed {
-		p.phaseStep, p.phaseEval, p.nextPhase = ph.Step, eval, phaseEvery
+	if ph.Step != p.phaseStep || ph.Evaluation != p.phaseEval || ph.Elapsed < p.lastElapsed {
+		p.phaseStep, p.phaseEval, p.nextPhase = ph.Step, ph.Evaluation, phaseEvery
 	}
 	p.lastElapsed = ph.Elapsed
 	if ph.Elapsed >= p.nextPhase {

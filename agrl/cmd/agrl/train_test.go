@@ -341,8 +341,8 @@ func TestProgressPhases(t *testing.T) {
 		{Step: 2, What: "update 1/1: micro-batch 1 of 1 done", Elapsed: 40 * time.Second},
 		// an evaluation after step 2: its clock starts again, and so does the 30 s (even
 		// when its first episode ends later than the step's last phase)
-		{Step: 2, What: "evaluation at step 2, dev: 1 of 4 episodes done", Elapsed: 45 * time.Second},
-		{Step: 2, What: "evaluation at step 2, dev: 2 of 4 episodes done", Elapsed: 62 * time.Second},
+		{Step: 2, What: "evaluation at step 2, dev: 1 of 4 episodes done", Evaluation: true, Elapsed: 45 * time.Second},
+		{Step: 2, What: "evaluation at step 2, dev: 2 of 4 episodes done", Evaluation: true, Elapsed: 62 * time.Second},
 	} {
 		p.phase(ph)
 	}
