@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"agrl.dev/internal/parallel"
 )
@@ -72,6 +73,7 @@ func mul(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32
 type Trace struct {
 	m        *Model
 	n        int       // positions
+	ids      []int32   // the tokens traced (BackwardWeights' embedding rows)
 	cos, sin []float32 // RoPE's angles, [n, head_dim/2]
 	layers   []traceLayer
 	last     []float32 // the residual stream after the last layer, [n, hidden]
@@ -173,7 +175,7 @@ func (m *Model) trace(ids []int32, o TraceOptions) (*Trace, error) {
 	cfg := m.cfg
 	root := m.base()
 	H, D, T := cfg.HiddenSize, cfg.HeadDim, len(ids)
-	tr := &Trace{m: m, n: T, cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed}
+	tr := &Trace{m: m, n: T, ids: slices.Clone(ids), cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed}
 	x := make([]float32, T*H)
 	for t, id := range ids {
 		for j, f := range m.invFreq {
@@ -339,6 +341,14 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 		return fmt.Errorf("llm: Backward: the gradients' adapters are rank %d on %v, the model's rank %d on %v",
 			grads.cfg.Rank, grads.cfg.TargetModules, m.lora.cfg.Rank, m.lora.cfg.TargetModules)
 	}
+	tr.backward(dh, grads, nil)
+	return nil
+}
+
+// backward is Backward into ga (the adapters' gradients; nil for none) and BackwardWeights
+// into gw (every weight's but the head's; nil for none), the trace's checks done.
+func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
+	m := tr.m
 	cfg := m.cfg
 	root := m.base()
 	H, D, T := cfg.HiddenSize, cfg.HeadDim, tr.n
@@ -351,6 +361,9 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 	}
 	dx := make([]float32, T*H)
 	rmsNormBack(dx, tr.last, root.norm, dh, H, eps)
+	if gw != nil {
+		normGainGrad(gw.g.norm, tr.last, dh, H, eps)
+	}
 	tr.last, tr.hidden = nil, nil
 	h := make([]float32, T*H)
 	for l := len(tr.layers) - 1; l >= 0; l-- {
@@ -362,7 +375,7 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
 		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
 		dAct := make([]float32, T*I)
-		tr.projBack(grads, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
+		tr.projBack(ga, gw, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
 		tl.act = nil
 		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
 			for i := lo * I; i < hi*I; i++ {
@@ -373,15 +386,18 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 			}
 		})
 		dh2 := make([]float32, T*H)
-		tr.projBack(grads, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
-		tr.projBack(grads, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
+		tr.projBack(ga, gw, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
+		tr.projBack(ga, gw, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
 		tl.gate, tl.up = nil, nil
 		rmsNormBack(dx, tl.mid, ly.postNorm, dh2, H, eps)
+		if gw != nil {
+			normGainGrad(gw.g.layers[l].postNorm, tl.mid, dh2, H, eps)
+		}
 
 		// Attention half: mid = x + o(attend(rope(q), rope(k), v)) over h = norm(x).
 		rmsNorm(h, tl.x, ly.inputNorm, H, eps)
 		dAtt := make([]float32, T*nq*D)
-		tr.projBack(grads, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
+		tr.projBack(ga, gw, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
 		dq, dk, dv := make([]float32, T*nq*D), make([]float32, T*nkv*D), make([]float32, T*nkv*D)
 		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
 		rope(dq, T, nq, D, tr.cos, negSin)
@@ -390,54 +406,75 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 			dqr, dkr := make([]float32, len(dq)), make([]float32, len(dk))
 			rmsNormBack(dqr, tl.qRaw, ly.qNorm, dq, D, eps)
 			rmsNormBack(dkr, tl.kRaw, ly.kNorm, dk, D, eps)
+			if gw != nil {
+				normGainGrad(gw.g.layers[l].qNorm, tl.qRaw, dq, D, eps)
+				normGainGrad(gw.g.layers[l].kNorm, tl.kRaw, dk, D, eps)
+			}
 			dq, dk = dqr, dkr
 		}
 		dh1 := make([]float32, T*H)
-		tr.projBack(grads, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
-		tr.projBack(grads, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
-		tr.projBack(grads, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
+		tr.projBack(ga, gw, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
+		tr.projBack(ga, gw, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
+		tr.projBack(ga, gw, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
 		rmsNormBack(dx, tl.x, ly.inputNorm, dh1, H, eps)
+		if gw != nil {
+			normGainGrad(gw.g.layers[l].inputNorm, tl.x, dh1, H, eps)
+		}
 		tr.layers[l] = traceLayer{}
 	}
 	tr.layers = nil
-	return nil
+	if gw != nil { // the embeddings' rows the ids read: dx is the stream's gradient at layer 0
+		ge := gw.g.embed
+		for t, id := range tr.ids {
+			addTo(ge[int(id)*H:(int(id)+1)*H], dx[t*H:(t+1)*H])
+		}
+	}
 }
 
 // projBack is the backward pass of proj for projection mod of layer l: given dy, the
 // gradient of its output [rows, out], and x, its input [rows, in], it adds the input's
 // gradient to dx and, where the projection is adapted, the adapter's gradients to grads. The
 // weight w is [out, in]; nil means the model holds it transposed (Share).
-func (tr *Trace) projBack(grads *Adapters, tl *traceLayer, l, mod int, dy, x []float32, rows, in int, w []float32, out int, dx []float32) {
+func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod int, dy, x []float32, rows, in int, w []float32, out int, dx []float32) {
 	m := tr.m
 	if w != nil { // dx += dy·W, W [out, in]
 		mul(rows, in, out, dy, out, 1, w, in, dx, in, true)
 	} else { // dx += dy·tᵀ, t [in, out]: the LM head's product (SetHead), which reads t in place
 		addTo(dx, headProduct(dy, rows, out, m.layers[l].t[mod], in))
 	}
-	p := m.lora.layers[l][mod]
-	if p == nil {
+	if gw != nil {
+		gw.weightGrad(l, mod, dy, x, rows, in, out)
+	}
+	if m.lora == nil || m.lora.layers[l][mod] == nil {
 		return
 	}
-	g := grads.layers[l][mod]
+	p := m.lora.layers[l][mod]
 	r, s := m.lora.cfg.Rank, m.lora.scale
 	xa := tl.xa[mod] // A·drop(x), [rows, r]
 	// y += s·(drop(x)·Aᵀ)·Bᵀ: dB += s·dyᵀ·xa, d(xa) = s·dy·B, dA += d(xa)ᵀ·drop(x),
-	// dx += drop(d(xa)·A) (the same mask: zeroed where the input was, scaled alike).
-	sxa := make([]float32, len(xa))
-	for i, v := range xa {
-		sxa[i] = s * v
+	// dx += drop(d(xa)·A) (the same mask: zeroed where the input was, scaled alike). Without
+	// ga (BackwardWeights) only dx.
+	if ga != nil {
+		sxa := make([]float32, len(xa))
+		for i, v := range xa {
+			sxa[i] = s * v
+		}
+		mul(out, r, rows, dy, 1, out, sxa, r, ga.layers[l][mod].b, r, true)
 	}
-	mul(out, r, rows, dy, 1, out, sxa, r, g.b, r, true)
 	dxa := make([]float32, rows*r)
 	mul(rows, r, out, dy, out, 1, p.b, r, dxa, r, false)
 	for i := range dxa {
 		dxa[i] *= s
 	}
 	if tr.dropout == 0 {
-		mul(r, in, rows, dxa, 1, r, x, in, g.a, in, true)
+		if ga != nil {
+			mul(r, in, rows, dxa, 1, r, x, in, ga.layers[l][mod].a, in, true)
+		}
 		mul(rows, in, r, dxa, r, 1, p.a, in, dx, in, true)
 	} else {
-		mul(r, in, rows, dxa, 1, r, tr.drop(l, mod, x, in, nil), in, g.a, in, true)
+		if ga != nil {
+			mul(r, in, rows, dxa, 1, r, tr.drop(l, mod, x, in, nil), in, ga.layers[l][mod].a, in, true)
+		}
 		dxd := make([]float32, rows*in)
 		mul(rows, in, r, dxa, r, 1, p.a, in, dxd, in, false)
 		addTo(dx, tr.drop(l, mod, dxd, in, dxd))
