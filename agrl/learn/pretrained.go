@@ -1085,12 +1085,16 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	b = byLength(b, t.values)
 	chunks := p.chunks(b.Tokens)
 	var hostModel *llm.Model
-	var hostSums *llm.Adapters // the adapters' gradients of a host step, in PEFT's layout
+	var sumsOnHost hostSums // the gradients of a host step
 	if t.hostTraining() {
 		if hostModel, err = p.hostModel(); err != nil {
 			return agrl.StepStats{}, err
 		}
-		hostSums = p.host.NewGradients()
+		if p.full {
+			sumsOnHost.weights = hostModel.NewWeightGrads(true)
+		} else {
+			sumsOnHost.adapters = p.host.NewGradients()
+		}
 	}
 	for ci, c := range chunks {
 		tok, lens, rows, width, err := p.pad(b.Tokens[c[0]:c[1]])
@@ -1126,7 +1130,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 					opts[i].Dropout, opts[i].Seed = p.graph.LoRA().Dropout, dropoutSeed(p.seed, t.name, step, c[0]+i)
 				}
 			}
-			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], opts, rows, width, vals, sums, hostSums)
+			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], opts, rows, width, vals, sums, sumsOnHost)
 		} else if p.segmented(width) {
 			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)
 		} else {
@@ -1153,8 +1157,8 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		st.Seconds = time.Since(start).Seconds()
 		return st, fmt.Errorf("agrl: train step %d: loss %v", step, st.Loss)
 	}
-	if hostSums != nil {
-		if err := t.storeGrads(hostSums, add); err != nil {
+	if hostModel != nil {
+		if err := t.storeGrads(sumsOnHost, add); err != nil {
 			return st, err
 		}
 	}
@@ -1433,9 +1437,9 @@ func (p *PretrainedPolicy) restore(ckdir string) (pretrainedJSON, error) {
 		state[name] = v
 	}
 	if !p.full {
-		p.host = a
+		p.host, p.stale = a, false
 	}
-	p.stale, p.optState = false, state
+	p.optState = state // (with full fine-tuning the host model stays stale: restoreFull)
 	return meta, nil
 }
 

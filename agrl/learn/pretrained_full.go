@@ -226,7 +226,10 @@ func (p *PretrainedPolicy) restoreFull(ckdir string) error {
 	if err != nil {
 		return err
 	}
-	p.cur = cur
+	// Stale: the first use makes the host model again from the store, in the layout syncHost
+	// gives it after every update ([in, out] projections), so that a resumed run's host
+	// steps multiply in the uninterrupted run's layout (the same bits).
+	p.cur, p.stale = cur, true
 	return nil
 }
 

@@ -45,10 +45,11 @@ import (
 // "Checkpointed traces and LoRA dropout on the host").
 
 // hostTraining reports whether a learner's steps take the host path: LoRA (with or without
-// dropout), on a policy that scores on the host with the host kernels installed.
+// dropout) or full fine-tuning, on a policy that scores on the host with the host kernels
+// installed.
 func (t *pretrainedTrainer) hostTraining() bool {
 	p := t.p
-	return hostKernels && !p.full && p.graph.LoRA() != nil && p.hostScoring() && !p.graphTraining
+	return hostKernels && (p.full || p.graph.LoRA() != nil) && p.hostScoring() && !p.graphTraining
 }
 
 // lossGraph: in logp, entropy, top1, valid [R, T-1], one [R, T] per value, one sum per value →
@@ -107,19 +108,39 @@ func (t *pretrainedTrainer) statsLoss(stats [][]float32, rows, np int, vals []*t
 	return loss, metrics, dlogp, dent, nil
 }
 
-// hostModel is the host model with the store's current adapters (p.mu held).
+// hostModel is the host model with the store's current adapters, or under full fine-tuning
+// of the store's current weights (p.mu held).
 func (p *PretrainedPolicy) hostModel() (*llm.Model, error) {
 	if err := p.syncHost(); err != nil {
 		return nil, err
 	}
+	if p.full {
+		return p.cur.Model(), nil
+	}
 	return p.base.WithAdapters(p.host)
+}
+
+// hostSums are a host step's gradient sums: the adapters' (LoRA, in PEFT's layout) or every
+// weight's (full fine-tuning, the projections [in, out] as the store keeps them).
+type hostSums struct {
+	adapters *llm.Adapters
+	weights  *llm.WeightGrads
+}
+
+// backward takes a trace's gradients into the sums, dh being its hidden states' gradient.
+func (g hostSums) backward(tr *llm.Trace, dh []float32) error {
+	if g.weights != nil {
+		return tr.BackwardWeights(dh, g.weights)
+	}
+	return tr.Backward(dh, g.adapters)
 }
 
 // hostGrads is one micro-batch's gradients on the host: seqs laid out as rows × width for the
 // loss (pad's layout), each traced with its options (checkpointed as hostPlan says, LoRA
 // dropout's seed), vals the values' [rows, width] tensors, sums their whole-batch sums. It
-// returns the loss and the metrics (t.metrics order) and adds the adapters' gradients into g.
-func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.TraceOptions, rows, width int, vals []*tensors.Tensor, sums []float32, g *llm.Adapters) (float64, []float64, error) {
+// returns the loss and the metrics (t.metrics order) and adds the gradients into g: the
+// adapters', or every weight's (the LM head's from its logits' gradient, dzᵀ·hidden).
+func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.TraceOptions, rows, width int, vals []*tensors.Tensor, sums []float32, g hostSums) (float64, []float64, error) {
 	p := t.p
 	cfg := p.cfg
 	H, V := cfg.HiddenSize, cfg.VocabSize
@@ -217,9 +238,12 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 				}
 			})
 			gemmRowsSet(nw, r1-r0, H, V, dz, V, 1, head, H, dh[r0*H:], H)
+			if g.weights != nil { // the head's gradient: dzᵀ·hidden, [V, H]
+				hostMul(V, H, r1-r0, dz, 1, V, tr.Hidden()[r0*H:r1*H], H, g.weights.Head(), H, true)
+			}
 		}
 		lps[i] = nil
-		if err := tr.Backward(dh, g); err != nil {
+		if err := g.backward(tr, dh); err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
 		traces[i] = nil
@@ -267,7 +291,10 @@ func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32) (checkpoint []
 // (hostPlan).
 func (p *PretrainedPolicy) hostBytes(m *llm.Model, n []int, checkpoint []bool) float64 {
 	total, held, back := 0.0, 0.0, 0.0
-	o := llm.TraceOptions{Dropout: p.graph.LoRA().Dropout}
+	var o llm.TraceOptions
+	if lora := p.graph.LoRA(); lora != nil {
+		o.Dropout = lora.Dropout
+	}
 	for i, k := range n {
 		o.Checkpointed = checkpoint[i]
 		h, b := m.TraceBytes(k, o)
@@ -285,9 +312,30 @@ func (p *PretrainedPolicy) hostBytes(m *llm.Model, n []int, checkpoint []bool) f
 // variable for tests.
 var hostKeepBytes = float64(1 << 30)
 
-// storeGrads converts the adapters' gradient sums g (PEFT's layout: A [r, in], B [out, r])
-// to the store's layout of trainVars ([in, r], [r, out]) and adds each through add.
-func (t *pretrainedTrainer) storeGrads(g *llm.Adapters, add func(i int, g []float32)) error {
+// storeGrads adds a host step's gradient sums to trainVars' through add: the adapters'
+// (storeAdapterGrads), or every weight's, which are in the store's layout already.
+func (t *pretrainedTrainer) storeGrads(g hostSums, add func(i int, g []float32)) error {
+	if g.weights == nil {
+		return t.storeAdapterGrads(g.adapters, add)
+	}
+	vars := t.p.trainVars()
+	w := g.weights.Tensors()
+	if len(w) != len(vars) {
+		return fmt.Errorf("agrl: train step: %d weight gradients for %d trained variables", len(w), len(vars))
+	}
+	for i, v := range vars {
+		name := v.Path()[strings.LastIndex(v.Path(), "/base/")+len("/base/"):]
+		if !strings.Contains(v.Path(), "/base/") || len(w[name]) != v.Shape().Size() {
+			return fmt.Errorf("agrl: train step: gradient of %d values for variable %s %v", len(w[name]), v.Path(), v.Shape().Dimensions)
+		}
+		add(i, w[name])
+	}
+	return nil
+}
+
+// storeAdapterGrads converts the adapters' gradient sums g (PEFT's layout: A [r, in], B
+// [out, r]) to the store's layout of trainVars ([in, r], [r, out]) and adds each through add.
+func (t *pretrainedTrainer) storeAdapterGrads(g *llm.Adapters, add func(i int, g []float32)) error {
 	vars := t.p.trainVars()
 	params := g.Params()
 	if len(params) != len(vars) {

@@ -242,3 +242,100 @@ func TestHostLoRADropout(t *testing.T) {
 		t.Errorf("dropout 0.3 moves no gradient by more than %.3g of its largest", moved)
 	}
 }
+
+// TestHostFullStepMatchesGraph: a full fine-tuning step on the host (Trace and
+// BackwardWeights, the head's gradient from its logits', the loss's graph over the
+// statistics) computes the whole graph's loss, metrics and gradient of every weight, to
+// rounding — Llama with every bias (q, k, v, o, the MLP's; untied head), Qwen2 and Qwen3 (q/k
+// norms, tied embeddings: the head's gradient and the embeddings' rows summed in one tensor)
+// — over two micro-batches, the head in blocks of 16 positions, for two steps (the second
+// from the first's update, which the host path reads back from the store). A third run
+// checkpoints every trace and takes the first run's steps bit for bit.
+func TestHostFullStepMatchesGraph(t *testing.T) {
+	if !hostKernels {
+		t.Skip("host training needs the host kernels (GOEXPERIMENT=simd on an AVX-512 or AVX2 CPU)")
+	}
+	defer func(b int) { headBlock = b }(headBlock)
+	headBlock = 16
+	for _, f := range []string{"llama-bias", "qwen2", "qwen3"} {
+		t.Run(f, func(t *testing.T) {
+			var dir string
+			if f == "llama-bias" {
+				dir = t.TempDir()
+				cfg := llm.Tiny(hf.Llama)
+				cfg.VocabSize, cfg.MaxPositionEmbeddings = 320, 2048
+				cfg.BOSTokenID, cfg.EOSTokenIDs = -1, nil
+				cfg.AttentionBias, cfg.MLPBias = true, true
+				writeTestModel(t, dir, cfg, 3)
+			} else {
+				dir = tinyFamily(t, hf.Family(f))
+			}
+			type run struct {
+				tr    *pretrainedTrainer
+				grads [][][]float32
+				stats []agrl.StepStats
+			}
+			var runs []*run
+			for k, graphPath := range []bool{false, true, false} { // host, graph, host checkpointed
+				p, err := LoadPretrained(agrl.Pretrained(dir).Full().MicroBatch(4), 5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.graphTraining = graphPath
+				p.checkpointTraces = k == 2
+				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-3), 0.8)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := &run{tr: l.(*pretrainedTrainer)}
+				if r.tr.hostTraining() == graphPath {
+					t.Fatalf("graphTraining %v: hostTraining %v", graphPath, r.tr.hostTraining())
+				}
+				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
+				runs = append(runs, r)
+			}
+			vars := runs[0].tr.p.trainVars()
+			if want := len(runs[0].tr.p.cfg.Tensors()); len(vars) != want {
+				t.Fatalf("%d trained variables for the model's %d tensors", len(vars), want)
+			}
+			batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8) // micro-batches of 4 and 3 (in 4 rows)
+			for step := range 2 {
+				for _, r := range runs {
+					st, err := r.tr.Step(batch)
+					if err != nil {
+						t.Fatal(err)
+					}
+					r.stats = append(r.stats, st)
+				}
+				host, gr := runs[0].stats[step], runs[1].stats[step]
+				if ck := runs[2]; !sameGrads(ck.grads[step], runs[0].grads[step]) || ck.stats[step].Loss != host.Loss {
+					t.Errorf("step %d: checkpointed traces change the step: loss %v, whole %v", step+1, ck.stats[step].Loss, host.Loss)
+				}
+				near := func(what string, x, y float64) {
+					if math.Abs(x-y) > 1e-5*(1+math.Abs(x)) || bad(x) || bad(y) {
+						t.Errorf("step %d %s: host %v, graph %v", step+1, what, x, y)
+					}
+				}
+				near("loss", host.Loss, gr.Loss)
+				near("grad norm", host.GradNorm, gr.GradNorm)
+				for m, v := range gr.Metrics {
+					near(m, host.Metrics[m], v)
+				}
+				// As for LoRA, the second step's tolerance is wider: AdamW's first update moves
+				// each element by about ±lr whatever its gradient's size, so one whose gradient
+				// is rounding noise can move the other way in one run.
+				tol := []float64{1e-4, 1e-3}[step]
+				rel := 0.0
+				for i, g := range runs[1].grads[step] {
+					worst, scale, at := gradGap(g, runs[0].grads[step][i])
+					rel = max(rel, worst/scale)
+					if worst > tol*scale || scale == 0 || bad(scale) {
+						t.Errorf("step %d %s: host and graph gradients differ by %.3g at %d (largest %.3g)",
+							step+1, vars[i].Path(), worst, at, scale)
+					}
+				}
+				t.Logf("step %d: largest relative gradient difference %.3g", step+1, rel)
+			}
+		})
+	}
+}
