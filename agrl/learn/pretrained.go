@@ -1064,11 +1064,6 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			return agrl.StepStats{}, err
 		}
 	}
-	if t.updExec == nil {
-		if t.updExec, err = p.newExec("pretrained-update", t.updateGraph); err != nil {
-			return agrl.StepStats{}, err
-		}
-	}
 	vars := p.trainVars()
 	grads := make([][]float32, len(vars))
 	add := func(i int, g []float32) { // sums variable i's gradients, in call order
@@ -1170,21 +1165,39 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	if t.onGrads != nil {
 		t.onGrads(grads)
 	}
-	args := []any{float32(lr)}
-	for i, v := range vars {
-		args = append(args, tensors.FromFlatDataAndDimensions(grads[i], v.Shape().Dimensions...))
+	if hostModel != nil { // the gradients were the host's: so is the update (hostUpdate)
+		if st.GradNorm, err = t.hostUpdate(grads, lr); err != nil {
+			return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
+		}
+	} else if st.GradNorm, err = t.graphUpdate(grads, lr); err != nil {
+		return agrl.StepStats{}, err
 	}
-	res, err := call(t.updExec, args...)
-	if err != nil {
-		return agrl.StepStats{}, fmt.Errorf("agrl: train step update: %w", err)
-	}
-	st.GradNorm = float64(tensors.MustCopyFlatData[float32](res[0])[0])
 	p.stale = true
 	st.Seconds = time.Since(start).Seconds()
 	if math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
 		return st, fmt.Errorf("agrl: train step %d: grad norm %v", step, st.GradNorm)
 	}
 	return st, nil
+}
+
+// graphUpdate applies the AdamW step of updateGraph to the summed gradients (trainVars
+// order) and returns the global gradient norm before clipping. The caller holds p.mu.
+func (t *pretrainedTrainer) graphUpdate(grads [][]float32, lr float64) (float64, error) {
+	if t.updExec == nil {
+		var err error
+		if t.updExec, err = t.p.newExec("pretrained-update", t.updateGraph); err != nil {
+			return 0, err
+		}
+	}
+	args := []any{float32(lr)}
+	for i, v := range t.p.trainVars() {
+		args = append(args, tensors.FromFlatDataAndDimensions(grads[i], v.Shape().Dimensions...))
+	}
+	res, err := call(t.updExec, args...)
+	if err != nil {
+		return 0, fmt.Errorf("agrl: train step update: %w", err)
+	}
+	return float64(tensors.MustCopyFlatData[float32](res[0])[0]), nil
 }
 
 // byLength is b's sequences (and names' values) shortest first, in their order where lengths

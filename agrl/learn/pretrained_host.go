@@ -2,6 +2,7 @@ package learn
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"strings"
 
@@ -11,12 +12,15 @@ import (
 	"github.com/gomlx/gomlx/ml/model"
 )
 
-// LoRA training steps on the host: where the policy scores on the host (hostScoring: the go
+// Training steps on the host: where the policy scores on the host (hostScoring: the go
 // backend, float32 products) and the host kernels run (GOEXPERIMENT=simd builds on AVX-512 or
 // AVX2 CPUs), a LoRA learner takes each micro-batch's gradients with
 // agrl/llm's Trace and Backward instead of the GoMLX graph: the forward pass the sampler runs
 // (the same kernels, the same bits), kept for a backward pass through the frozen weights to
-// the adapters. The loss stays the learner's GoMLX LossFunc over the per-token statistics, as
+// the adapters. A full fine-tuning learner does the same with Trace.BackwardWeights, into
+// gradient sums of every weight in the store's layout (llm.WeightGrads, the projections [in,
+// out]), the LM head's added from its logits' gradient (dzᵀ·hidden); its host model is the
+// store's current weights, made again after each update (syncHost). The loss stays the learner's GoMLX LossFunc over the per-token statistics, as
 // in the segmented step (pretrained_segments.go), which also gives its gradient with respect
 // to them; the optimizer's update is the graph's, unchanged, so optimizer state, checkpoints
 // and resume are the same either way.
@@ -30,9 +34,11 @@ import (
 //  2. the loss and its gradient with respect to those statistics (one small graph call);
 //  3. each sequence's head again, its logits' gradient (hostPass's output layer:
 //     invT·(dlogp·(onehot − p) − dent·p·(log p + H))), the hidden states' gradient through
-//     the head, and Trace.Backward into the adapters' gradient sums.
+//     the head (and, fine-tuning every weight, the head's own), and Trace.Backward into the
+//     adapters' gradient sums (Trace.BackwardWeights into every weight's).
 //
-// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph). The traces are
+// The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph,
+// TestHostFullStepMatchesGraph). The traces are
 // kept whole while the micro-batch fits the call budget (CallMemory), and checkpointed past
 // it (llm.TraceOptions.Checkpointed: each layer's input only, each layer run again in the
 // backward pass); a micro-batch that does not fit even so trains through the graphs instead,
@@ -350,4 +356,69 @@ func (t *pretrainedTrainer) storeAdapterGrads(g *llm.Adapters, add func(i int, g
 		add(i, transpose(prm.Data, prm.Shape[0], prm.Shape[1]))
 	}
 	return nil
+}
+
+// hostUpdate is updateGraph's AdamW step on the host, for a learner whose steps take their
+// gradients there (hostTraining): in place on the store's tensors of trainVars and their
+// moments, with the arithmetic of the Tiny trainer's host update (Trainer.hostUpdate: float32,
+// the norm's sum of squares in float64, each tensor split over the cores), so that a step
+// does not pay the go backend's graph of a dozen elementwise passes over every weight and
+// both moments (3.3–5 s a step at the SmolLM2-135M shape under full fine-tuning, against
+// well under a second here). It returns the global gradient norm before clipping; a norm
+// that is not finite is returned without updating anything (Step reports it). The caller
+// holds p.mu.
+func (t *pretrainedTrainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
+	p, o := t.p, t.opt.Spec()
+	var sumSq float64
+	for _, g := range grads {
+		for _, x := range g {
+			sumSq += float64(x) * float64(x)
+		}
+	}
+	norm := math.Sqrt(sumSq)
+	if !finite(norm) {
+		return norm, nil
+	}
+	scale := float32(1)
+	if o.ClipNorm > 0 {
+		scale = min(1, float32(o.ClipNorm)/(float32(norm)+1e-6))
+	}
+	stepVar := p.store.GetVariable(t.statePath("step"))
+	if stepVar == nil {
+		return 0, fmt.Errorf("agrl: optimizer state %s missing", t.statePath("step"))
+	}
+	var step float32
+	if err := mutate(stepVar, func(s []float32) { s[0]++; step = s[0] }); err != nil {
+		return 0, err
+	}
+	b1, b2 := float32(o.Beta1), float32(o.Beta2)
+	corr1 := 1 - float32(math.Pow(o.Beta1, float64(step)))
+	corr2 := 1 - float32(math.Pow(o.Beta2, float64(step)))
+	sq2 := float32(math.Sqrt(float64(corr2)))
+	stepSize, epsHat := float32(lr)*sq2/corr1, float32(o.Eps)*sq2
+	decay := float32(lr * o.WeightDecay)
+	workers := runtime.GOMAXPROCS(0)
+	for i, wv := range p.trainVars() {
+		mv, vv := p.store.GetVariable(t.statePath("m")+wv.Path()), p.store.GetVariable(t.statePath("v")+wv.Path())
+		if mv == nil || vv == nil {
+			return 0, fmt.Errorf("agrl: optimizer state of %s missing", wv.Path())
+		}
+		g, wd := grads[i], float32(0)
+		if o.WeightDecay > 0 && (!p.full || wv.Shape().Rank() >= 2) { // updateGraph's decay
+			wd = decay
+		}
+		err := mutate(wv, func(w []float32) {
+			_ = mutate(mv, func(m []float32) {
+				_ = mutate(vv, func(v []float32) {
+					chunked(workers, len(w), 16, 1<<13, func(lo, hi int) {
+						adamWUpdate(w[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], scale, b1, b2, stepSize, epsHat, wd)
+					})
+				})
+			})
+		})
+		if err != nil {
+			return 0, fmt.Errorf("agrl: updating %s: %w", wv.Path(), err)
+		}
+	}
+	return norm, nil
 }

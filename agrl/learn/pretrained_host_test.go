@@ -8,6 +8,7 @@ import (
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/llm"
+	"github.com/gomlx/gomlx/core/tensors"
 )
 
 // TestHostLoRAStepMatchesGraph: a LoRA step on the host (Trace and Backward, the loss's graph
@@ -338,4 +339,90 @@ func TestHostFullStepMatchesGraph(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPretrainedHostUpdateMatchesGraph: the host's AdamW step (hostUpdate) applies the update graph's
+// arithmetic: from the same gradients (large enough that clipping scales them; three
+// steps, so the bias corrections move) two learners' weights, moments and step counters, and
+// the norms they return, agree to float32 rounding — under LoRA (every factor decays) and
+// under full fine-tuning (the matrices decay, the norms' gains do not); a gradient that is
+// not finite is reported and changes nothing.
+func TestPretrainedHostUpdateMatchesGraph(t *testing.T) {
+	dir := tinyFamily(t, hf.Qwen3)
+	for _, full := range []bool{false, true} {
+		var ts [2]*pretrainedTrainer
+		for k := range ts {
+			spec := agrl.Pretrained(dir).LoRA(4, 8)
+			if full {
+				spec = spec.Full()
+			}
+			p, err := LoadPretrained(spec, 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2).WeightDecay(0.1).ClipNorm(1), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts[k] = l.(*pretrainedTrainer)
+		}
+		vars := ts[0].p.trainVars()
+		for step := range 3 {
+			grads := make([][]float32, len(vars))
+			for i, v := range vars {
+				grads[i] = make([]float32, v.Shape().Size())
+				for j := range grads[i] {
+					grads[i][j] = float32(math.Sin(float64(j*7+i*13+step))) * 0.3
+				}
+			}
+			nh, err := ts[0].hostUpdate(clone2(grads), 1e-2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ng, err := ts[1].graphUpdate(clone2(grads), 1e-2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(nh-ng) > 1e-6*ng || ng < 2 {
+				t.Errorf("full %v step %d: norm %v on the host, %v by the graph (want > 2: clipped)", full, step+1, nh, ng)
+			}
+		}
+		for _, prefix := range []string{"", ts[0].statePath("m"), ts[0].statePath("v")} {
+			for _, v := range vars {
+				a, b := varData(t, ts[0].p, prefix+v.Path()), varData(t, ts[1].p, prefix+v.Path())
+				if worst, scale, at := gradGap(a, b); worst > 2e-6*max(scale, 1e-3) {
+					t.Errorf("full %v: %s%s differs by %.3g at %d (largest %.3g)", full, prefix, v.Path(), worst, at, scale)
+				}
+			}
+		}
+		if a, b := varData(t, ts[0].p, ts[0].statePath("step")), varData(t, ts[1].p, ts[0].statePath("step")); a[0] != 3 || b[0] != 3 {
+			t.Errorf("full %v: step counters %v and %v, want 3", full, a, b)
+		}
+		before := clone2([][]float32{varData(t, ts[0].p, vars[0].Path())})[0]
+		grads := make([][]float32, len(vars))
+		for i, v := range vars {
+			grads[i] = make([]float32, v.Shape().Size())
+		}
+		grads[0][0] = float32(math.NaN())
+		if n, err := ts[0].hostUpdate(grads, 1e-2); err != nil || finite(n) {
+			t.Errorf("full %v: a NaN gradient: norm %v, %v", full, n, err)
+		}
+		if !slices.Equal(before, varData(t, ts[0].p, vars[0].Path())) {
+			t.Errorf("full %v: a NaN gradient changed the weights", full)
+		}
+	}
+}
+
+// varData is a copy of the flat float32 value of the store variable at path.
+func varData(t *testing.T, p *PretrainedPolicy, path string) []float32 {
+	t.Helper()
+	v := p.store.GetVariable(path)
+	if v == nil {
+		t.Fatalf("no variable %s", path)
+	}
+	val, err := v.Value()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tensors.MustCopyFlatData[float32](val)
 }

@@ -14,8 +14,9 @@ import (
 // to the final hidden states back through the decoder to the LoRA adapters. The base weights
 // stay frozen: the backward pass multiplies by them (one product per projection, the input's
 // gradient) but computes no gradient for them, which is what makes a LoRA step cost about two
-// forward passes instead of three. The LM head is left to the caller (Hidden, Head), which
-// turns its loss over the logits into the hidden states' gradient.
+// forward passes instead of three (BackwardWeights, grads.go, takes every weight's gradient
+// instead: full fine-tuning). The LM head is left to the caller (Hidden, Head), which turns
+// its loss over the logits into the hidden states' gradient.
 //
 // What a Trace keeps, per layer and position: the residual stream entering each half of the
 // layer, the queries, keys and values (after RoPE; with Qwen3's norms, before them too), the
@@ -439,8 +440,10 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 	m := tr.m
 	if w != nil { // dx += dy·W, W [out, in]
 		mul(rows, in, out, dy, out, 1, w, in, dx, in, true)
-	} else { // dx += dy·tᵀ, t [in, out]: the LM head's product (SetHead), which reads t in place
-		addTo(dx, headProduct(dy, rows, out, m.layers[l].t[mod], in))
+	} else { // dx += dy·tᵀ, t [in, out]: as (t·dyᵀ)ᵀ, each operand read by rows (the transposes cost rows·(in+out))
+		dxT := make([]float32, in*rows)
+		mul(in, rows, out, m.layers[l].t[mod], out, 1, transposeF(dy, rows, out), rows, dxT, rows, false)
+		addTransposed(dx, dxT, in, rows)
 	}
 	if gw != nil {
 		gw.weightGrad(l, mod, dy, x, rows, in, out)
@@ -592,6 +595,21 @@ func rmsNormBack(dx, x, w, dy []float32, n int, eps float64) {
 			}
 		}
 	})
+}
+
+// addTransposed adds to dst ([c, r] row-major) the transpose of src ([r, c]), in 16×16 tiles.
+func addTransposed(dst, src []float32, r, c int) {
+	const tile = 16
+	for i0 := 0; i0 < r; i0 += tile {
+		for j0 := 0; j0 < c; j0 += tile {
+			for i := i0; i < min(r, i0+tile); i++ {
+				row := src[i*c : (i+1)*c]
+				for j := j0; j < min(c, j0+tile); j++ {
+					dst[j*r+i] += row[j]
+				}
+			}
+		}
+	}
 }
 
 // transposeF returns the [c, r] transpose of the row-major [r, c] matrix x.
