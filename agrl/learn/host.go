@@ -691,10 +691,36 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // hostUpdate applies the AdamW step of updateGraph on the host, in place on the store's
 // tensors (which invalidates their on-device copies), and returns the global gradient norm
-// before clipping. The caller holds p.mu. Same arithmetic as updateGraph, in float32, with the
-// norm's sum of squares in float64; the update of large tensors is split over the workers.
+// before clipping. The caller holds p.mu. Same arithmetic as updateGraph (hostAdamW).
 func (t *Trainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
 	p, o := t.p, t.opt.Spec()
+	specs := p.arch.weightSpecs()
+	targets := make([]adamTarget, len(specs))
+	for i, s := range specs {
+		wv := p.store.GetVariable(model.JoinPath(lmScope, s.name))
+		mv, vv := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
+		if wv == nil || mv == nil || vv == nil {
+			return 0, fmt.Errorf("agrl: weight or optimizer state of %s missing", s.name)
+		}
+		targets[i] = adamTarget{name: s.name, w: wv, m: mv, v: vv, decay: o.WeightDecay > 0 && decays(s.name)}
+	}
+	return hostAdamW(o, p.store.GetVariable(t.statePath("step")), t.statePath("step"), targets, grads, lr, t.shards)
+}
+
+// adamTarget is one trainable tensor of a host AdamW step: the weight, its two moments, and
+// whether weight decay applies to it.
+type adamTarget struct {
+	name    string
+	w, m, v *model.Variable
+	decay   bool
+}
+
+// hostAdamW is updateGraph's AdamW step on the host, in place on the targets' weights and
+// moments and on the step counter stepVar (its path stepPath, for errors): float32
+// arithmetic, the norm's sum of squares in float64, each tensor split over workers. It
+// returns the global norm of grads (one slice per target) before clipping; a norm that is not
+// finite is returned with nothing updated, the counter included (the caller reports it).
+func hostAdamW(o agrl.AdamWSpec, stepVar *model.Variable, stepPath string, targets []adamTarget, grads [][]float32, lr float64, workers int) (float64, error) {
 	var sumSq float64
 	for _, g := range grads {
 		for _, x := range g {
@@ -709,9 +735,8 @@ func (t *Trainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
 	if o.ClipNorm > 0 {
 		scale = min(1, float32(o.ClipNorm)/(float32(norm)+1e-6))
 	}
-	stepVar := p.store.GetVariable(t.statePath("step"))
 	if stepVar == nil {
-		return 0, fmt.Errorf("agrl: optimizer state %s missing", t.statePath("step"))
+		return 0, fmt.Errorf("agrl: optimizer state %s missing", stepPath)
 	}
 	var step float32
 	if err := mutate(stepVar, func(s []float32) { s[0]++; step = s[0] }); err != nil {
@@ -723,27 +748,22 @@ func (t *Trainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
 	sq2 := float32(math.Sqrt(float64(corr2)))
 	stepSize, epsHat := float32(lr)*sq2/corr1, float32(o.Eps)*sq2
 	decay := float32(lr * o.WeightDecay)
-	for i, s := range p.arch.weightSpecs() {
-		wv := p.store.GetVariable(model.JoinPath(lmScope, s.name))
-		mv, vv := p.store.GetVariable(t.statePath("m", s.name)), p.store.GetVariable(t.statePath("v", s.name))
-		if wv == nil || mv == nil || vv == nil {
-			return 0, fmt.Errorf("agrl: weight or optimizer state of %s missing", s.name)
-		}
+	for i, tg := range targets {
 		g, wd := grads[i], float32(0)
-		if o.WeightDecay > 0 && decays(s.name) {
+		if tg.decay {
 			wd = decay
 		}
-		err := mutate(wv, func(w []float32) {
-			_ = mutate(mv, func(m []float32) {
-				_ = mutate(vv, func(v []float32) {
-					chunked(t.shards, len(w), 16, 1<<13, func(lo, hi int) {
+		err := mutate(tg.w, func(w []float32) {
+			_ = mutate(tg.m, func(m []float32) {
+				_ = mutate(tg.v, func(v []float32) {
+					chunked(workers, len(w), 16, 1<<13, func(lo, hi int) {
 						adamWUpdate(w[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], scale, b1, b2, stepSize, epsHat, wd)
 					})
 				})
 			})
 		})
 		if err != nil {
-			return 0, fmt.Errorf("agrl: updating %s: %w", s.name, err)
+			return 0, fmt.Errorf("agrl: updating %s: %w", tg.name, err)
 		}
 	}
 	return norm, nil

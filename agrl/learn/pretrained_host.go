@@ -2,7 +2,6 @@ package learn
 
 import (
 	"fmt"
-	"math"
 	"runtime"
 	"strings"
 
@@ -360,8 +359,8 @@ func (t *pretrainedTrainer) storeAdapterGrads(g *llm.Adapters, add func(i int, g
 
 // hostUpdate is updateGraph's AdamW step on the host, for a learner whose steps take their
 // gradients there (hostTraining): in place on the store's tensors of trainVars and their
-// moments, with the arithmetic of the Tiny trainer's host update (Trainer.hostUpdate: float32,
-// the norm's sum of squares in float64, each tensor split over the cores), so that a step
+// moments, with the Tiny trainer's host update (hostAdamW, shared: float32, the norm's sum
+// of squares in float64, each tensor split over the cores), so that a step
 // does not pay the go backend's graph of a dozen elementwise passes over every weight and
 // both moments (3.3–5 s a step at the SmolLM2-135M shape under full fine-tuning, against
 // well under a second here). It returns the global gradient norm before clipping; a norm
@@ -369,56 +368,15 @@ func (t *pretrainedTrainer) storeAdapterGrads(g *llm.Adapters, add func(i int, g
 // holds p.mu.
 func (t *pretrainedTrainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
 	p, o := t.p, t.opt.Spec()
-	var sumSq float64
-	for _, g := range grads {
-		for _, x := range g {
-			sumSq += float64(x) * float64(x)
-		}
-	}
-	norm := math.Sqrt(sumSq)
-	if !finite(norm) {
-		return norm, nil
-	}
-	scale := float32(1)
-	if o.ClipNorm > 0 {
-		scale = min(1, float32(o.ClipNorm)/(float32(norm)+1e-6))
-	}
-	stepVar := p.store.GetVariable(t.statePath("step"))
-	if stepVar == nil {
-		return 0, fmt.Errorf("agrl: optimizer state %s missing", t.statePath("step"))
-	}
-	var step float32
-	if err := mutate(stepVar, func(s []float32) { s[0]++; step = s[0] }); err != nil {
-		return 0, err
-	}
-	b1, b2 := float32(o.Beta1), float32(o.Beta2)
-	corr1 := 1 - float32(math.Pow(o.Beta1, float64(step)))
-	corr2 := 1 - float32(math.Pow(o.Beta2, float64(step)))
-	sq2 := float32(math.Sqrt(float64(corr2)))
-	stepSize, epsHat := float32(lr)*sq2/corr1, float32(o.Eps)*sq2
-	decay := float32(lr * o.WeightDecay)
-	workers := runtime.GOMAXPROCS(0)
-	for i, wv := range p.trainVars() {
+	vars := p.trainVars()
+	targets := make([]adamTarget, len(vars))
+	for i, wv := range vars {
 		mv, vv := p.store.GetVariable(t.statePath("m")+wv.Path()), p.store.GetVariable(t.statePath("v")+wv.Path())
 		if mv == nil || vv == nil {
 			return 0, fmt.Errorf("agrl: optimizer state of %s missing", wv.Path())
 		}
-		g, wd := grads[i], float32(0)
-		if o.WeightDecay > 0 && (!p.full || wv.Shape().Rank() >= 2) { // updateGraph's decay
-			wd = decay
-		}
-		err := mutate(wv, func(w []float32) {
-			_ = mutate(mv, func(m []float32) {
-				_ = mutate(vv, func(v []float32) {
-					chunked(workers, len(w), 16, 1<<13, func(lo, hi int) {
-						adamWUpdate(w[lo:hi], m[lo:hi], v[lo:hi], g[lo:hi], scale, b1, b2, stepSize, epsHat, wd)
-					})
-				})
-			})
-		})
-		if err != nil {
-			return 0, fmt.Errorf("agrl: updating %s: %w", wv.Path(), err)
-		}
+		// updateGraph's decay: every LoRA factor; under full fine-tuning the matrices only
+		targets[i] = adamTarget{name: wv.Path(), w: wv, m: mv, v: vv, decay: o.WeightDecay > 0 && (!p.full || wv.Shape().Rank() >= 2)}
 	}
-	return norm, nil
+	return hostAdamW(o, p.store.GetVariable(t.statePath("step")), t.statePath("step"), targets, grads, lr, runtime.GOMAXPROCS(0))
 }

@@ -30,12 +30,7 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 	for _, f := range []hf.Family{hf.Llama, hf.Qwen2, hf.Qwen3} {
 		t.Run(string(f), func(t *testing.T) {
 			dir := tinyFamily(t, f)
-			type run struct {
-				tr    *pretrainedTrainer
-				grads [][][]float32
-				stats []agrl.StepStats
-			}
-			var runs []*run
+			var runs []*recordedRun
 			// host (keeping the head's log-probs for the backward pass), graph, host (running the
 			// head again in the backward pass), host and graph by memory, host with every trace
 			// checkpointed
@@ -49,18 +44,8 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 					p.spec.CallMemoryGiB = mixedGiB
 				}
 				withRandomAdapters(t, p)
-				p.graphTraining = graphPath
 				p.checkpointTraces = k == 4
-				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := &run{tr: l.(*pretrainedTrainer)}
-				if r.tr.hostTraining() == graphPath {
-					t.Fatalf("graphTraining %v: hostTraining %v", graphPath, r.tr.hostTraining())
-				}
-				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
-				runs = append(runs, r)
+				runs = append(runs, newHostRun(t, p, graphPath, 1e-2))
 			}
 			batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8) // micro-batches of 4 and 3 (in 4 rows)
 			mp := runs[3].tr.p
@@ -271,29 +256,14 @@ func TestHostFullStepMatchesGraph(t *testing.T) {
 			} else {
 				dir = tinyFamily(t, hf.Family(f))
 			}
-			type run struct {
-				tr    *pretrainedTrainer
-				grads [][][]float32
-				stats []agrl.StepStats
-			}
-			var runs []*run
+			var runs []*recordedRun
 			for k, graphPath := range []bool{false, true, false} { // host, graph, host checkpointed
 				p, err := LoadPretrained(agrl.Pretrained(dir).Full().MicroBatch(4), 5)
 				if err != nil {
 					t.Fatal(err)
 				}
-				p.graphTraining = graphPath
 				p.checkpointTraces = k == 2
-				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-3), 0.8)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := &run{tr: l.(*pretrainedTrainer)}
-				if r.tr.hostTraining() == graphPath {
-					t.Fatalf("graphTraining %v: hostTraining %v", graphPath, r.tr.hostTraining())
-				}
-				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
-				runs = append(runs, r)
+				runs = append(runs, newHostRun(t, p, graphPath, 1e-3))
 			}
 			vars := runs[0].tr.p.trainVars()
 			if want := len(runs[0].tr.p.cfg.Tensors()); len(vars) != want {
@@ -301,13 +271,7 @@ func TestHostFullStepMatchesGraph(t *testing.T) {
 			}
 			batch := segTestBatch(320, 30, 45, 12, 20, 2, 33, 8) // micro-batches of 4 and 3 (in 4 rows)
 			for step := range 2 {
-				for _, r := range runs {
-					st, err := r.tr.Step(batch)
-					if err != nil {
-						t.Fatal(err)
-					}
-					r.stats = append(r.stats, st)
-				}
+				stepRuns(t, runs, batch)
 				host, gr := runs[0].stats[step], runs[1].stats[step]
 				if ck := runs[2]; !sameGrads(ck.grads[step], runs[0].grads[step]) || ck.stats[step].Loss != host.Loss {
 					t.Errorf("step %d: checkpointed traces change the step: loss %v, whole %v", step+1, ck.stats[step].Loss, host.Loss)

@@ -26,6 +26,52 @@ func tinyFamily(t *testing.T, f hf.Family) string {
 	return dir
 }
 
+// recordedRun is a test's learner on a policy, with each step's summed gradients (as the
+// update receives them) and stats kept for comparing runs.
+type recordedRun struct {
+	p     *PretrainedPolicy
+	tr    *pretrainedTrainer
+	grads [][][]float32
+	stats []agrl.StepStats
+}
+
+// newRecordedRun builds p's learner for segTestLoss (AdamW at lr, temperature 0.8), keeping
+// the gradients of each of its steps.
+func newRecordedRun(t *testing.T, p *PretrainedPolicy, lr float64) *recordedRun {
+	t.Helper()
+	l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(lr), 0.8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &recordedRun{p: p, tr: l.(*pretrainedTrainer)}
+	r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
+	return r
+}
+
+// newHostRun is newRecordedRun on p after p.graphTraining = graphPath, checking that the
+// learner then trains on the host exactly when graphPath is false.
+func newHostRun(t *testing.T, p *PretrainedPolicy, graphPath bool, lr float64) *recordedRun {
+	t.Helper()
+	p.graphTraining = graphPath
+	r := newRecordedRun(t, p, lr)
+	if r.tr.hostTraining() == graphPath {
+		t.Fatalf("graphTraining %v: hostTraining %v", graphPath, r.tr.hostTraining())
+	}
+	return r
+}
+
+// stepRuns takes one step of b with each run, keeping its stats.
+func stepRuns(t *testing.T, runs []*recordedRun, b TrainBatch) {
+	t.Helper()
+	for _, r := range runs {
+		st, err := r.tr.Step(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.stats = append(r.stats, st)
+	}
+}
+
 // segTestLoss uses every statistic the trainer hands a loss: a policy-gradient term on the
 // log-probs, an entropy bonus, and the top-1 accuracy and token count as metrics.
 func segTestLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
@@ -72,13 +118,7 @@ func TestSegmentedStep(t *testing.T) {
 			} else {
 				spec = spec.LoRA(4, 8).Dropout(c.dropout)
 			}
-			type run struct {
-				p     *PretrainedPolicy
-				tr    *pretrainedTrainer
-				grads [][][]float32
-				stats []agrl.StepStats
-			}
-			runs := make([]*run, 2)
+			runs := make([]*recordedRun, 2)
 			for i := range runs {
 				p, err := LoadPretrained(spec, 5)
 				if err != nil {
@@ -90,14 +130,8 @@ func TestSegmentedStep(t *testing.T) {
 				if i == 1 {
 					p.segmentFrom = 2
 				}
-				p.graphTraining = true // the graphs, not the host's LoRA step (pretrained_host.go)
-				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := &run{p: p, tr: l.(*pretrainedTrainer)}
-				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
-				runs[i] = r
+				p.graphTraining = true // the graphs, not the host's step (pretrained_host.go)
+				runs[i] = newRecordedRun(t, p, 1e-2)
 			}
 			batch := segTestBatch(320, 11, 48, 3, 30, 2, 38, 20, 9, 14, 25, 33)
 			sorted := byLength(batch, nil).Tokens
@@ -108,13 +142,7 @@ func TestSegmentedStep(t *testing.T) {
 				t.Fatalf("the second micro-batch: %d rows of width %d (%v), want 4 of 48", rows, width, err)
 			}
 			for step := range 2 {
-				for _, r := range runs {
-					st, err := r.tr.Step(batch)
-					if err != nil {
-						t.Fatal(err)
-					}
-					r.stats = append(r.stats, st)
-				}
+				stepRuns(t, runs, batch)
 				whole, seg := runs[0].stats[step], runs[1].stats[step]
 				close := func(what string, a, b, tol float64) {
 					if math.Abs(a-b) > tol*(1+math.Abs(a)) || bad(a) || bad(b) {

@@ -630,12 +630,7 @@ func TestPadRowsSameStep(t *testing.T) {
 	for _, full := range []bool{false, true} {
 		t.Run(map[bool]string{false: "lora", true: "full"}[full], func(t *testing.T) {
 			dir := tinyFamily(t, hf.Qwen3)
-			type run struct {
-				tr    *pretrainedTrainer
-				grads [][][]float32
-				stats []agrl.StepStats
-			}
-			var runs []*run
+			var runs []*recordedRun
 			for _, micro := range []int{8, 3, 1, 2, 2} {
 				spec := agrl.Pretrained(dir).MicroBatch(micro)
 				if full {
@@ -650,13 +645,7 @@ func TestPadRowsSameStep(t *testing.T) {
 				if !full {
 					withRandomAdapters(t, p)
 				}
-				l, err := p.newLearner("grpo", segTestLoss, []string{"adv", "mask"}, agrl.NewAdamW().LR(1e-2), 0.8)
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := &run{tr: l.(*pretrainedTrainer)}
-				r.tr.onGrads = func(g [][]float32) { r.grads = append(r.grads, clone2(g)) }
-				runs = append(runs, r)
+				runs = append(runs, newRecordedRun(t, p, 1e-2))
 			}
 			batch := segTestBatch(320, 30, 45, 12)
 			if _, _, rows, width, err := runs[0].tr.p.pad(batch.Tokens); err != nil || rows != 4 || width != 48 {
