@@ -161,6 +161,9 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		}
 		s.Dir, s.Hub = dir, false
 	}
+	if err := checkModelFits(s.Dir, s, usableMemory()); err != nil {
+		return nil, err
+	}
 	var pol *agent.Policy
 	if s.ChatFormat != "" {
 		f, err := chat.ByName(s.ChatFormat)

@@ -3,8 +3,8 @@ package main
 import (
 	"os"
 	"runtime/debug"
-	"strconv"
-	"strings"
+
+	"agrl.dev/internal/sysmem"
 )
 
 // Memory. Go collects garbage when the heap has grown by GOGC percent (100 by default) since
@@ -30,39 +30,10 @@ func setMemoryLimit() {
 // defaultMemoryLimit returns the soft memory limit, in bytes, for a process whose environment
 // is getenv and whose files read reads: 0 (none) when GOMEMLIMIT is set — the Go runtime then
 // applies it — or when no memory size can be read; otherwise memoryShare of the smaller of
-// /proc/meminfo's MemTotal and the cgroup v2 limit /sys/fs/cgroup/memory.max.
+// /proc/meminfo's MemTotal and the cgroup v2 limit /sys/fs/cgroup/memory.max (sysmem.Total).
 func defaultMemoryLimit(getenv func(string) string, read func(string) ([]byte, error)) int64 {
 	if getenv("GOMEMLIMIT") != "" {
 		return 0
 	}
-	var total int64
-	if b, err := read("/proc/meminfo"); err == nil {
-		total = memTotal(string(b))
-	}
-	if b, err := read("/sys/fs/cgroup/memory.max"); err == nil {
-		if n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64); err == nil && n > 0 && (total == 0 || n < total) {
-			total = n // "max" (no limit) does not parse
-		}
-	}
-	return int64(float64(total) * memoryShare)
-}
-
-// memTotal reads MemTotal from /proc/meminfo's text, in bytes (0 when it is not there).
-func memTotal(meminfo string) int64 {
-	for line := range strings.SplitSeq(meminfo, "\n") {
-		rest, ok := strings.CutPrefix(line, "MemTotal:")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
-		if len(f) != 2 || f[1] != "kB" {
-			return 0
-		}
-		kb, err := strconv.ParseInt(f[0], 10, 64)
-		if err != nil || kb <= 0 {
-			return 0
-		}
-		return kb << 10
-	}
-	return 0
+	return int64(float64(sysmem.Total(read)) * memoryShare)
 }

@@ -1,0 +1,71 @@
+package learn
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"agrl.dev/agrl"
+	"agrl.dev/agrl/hf"
+)
+
+// TestModelFits: a model whose float32 weights (LoRA) or six copies of them (full
+// fine-tuning on the go backend) exceed the usable memory is refused with the sizes named,
+// and LoadPretrained refuses it before reading a single weight; at the bound it is accepted.
+func TestModelFits(t *testing.T) {
+	dir := tinyFamily(t, hf.Qwen3)
+	cfg, err := hf.LoadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := int64(cfg.NumParams()) * 4
+	lora, full := agrl.Pretrained(dir).LoRA(4, 8).Spec(), agrl.Pretrained(dir).Full().Spec()
+	gpuFull := agrl.Pretrained(dir).Full().Backend("xla:cuda").Spec()
+	for _, c := range []struct {
+		name   string
+		spec   agrl.PretrainedSpec
+		usable int64
+		ok     bool
+	}{
+		{"lora at its weights", lora, weights, true},
+		{"lora below its weights", lora, weights - 1, false},
+		{"full at six copies", full, 6 * weights, true},
+		{"full below six copies", full, 6*weights - 1, false},
+		{"full on another backend: the host's copy", gpuFull, weights, true},
+		{"unknown memory", full, 0, true},
+	} {
+		err := checkModelFits(dir, c.spec, c.usable)
+		if (err == nil) != c.ok {
+			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
+			continue
+		}
+		if err != nil && (!strings.Contains(err.Error(), "GiB") || strings.Contains(err.Error(), "LoRA adapters instead") != c.spec.Full) {
+			t.Errorf("%s: %v does not name the sizes and the way out", c.name, err)
+		}
+	}
+
+	// Before the weights are read: a model directory whose safetensors file is garbage is
+	// refused for its size, not for the file.
+	bad := t.TempDir()
+	for _, f := range []string{"config.json", "tokenizer.json", "tokenizer_config.json"} {
+		if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(bad, f), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := os.WriteFile(filepath.Join(bad, "model.safetensors"), []byte("not a safetensors file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	defer func(f func() int64) { usableMemory = f }(usableMemory)
+	usableMemory = func() int64 { return weights }
+	_, err = LoadPretrained(agrl.Pretrained(bad).Full(), 1)
+	if err == nil || !strings.Contains(err.Error(), "does not fit this machine's memory") {
+		t.Errorf("LoadPretrained of a model too large for full fine-tuning: %v", err)
+	}
+	usableMemory = func() int64 { return 6 * weights }
+	if _, err = LoadPretrained(agrl.Pretrained(bad).Full(), 1); err == nil || strings.Contains(err.Error(), "memory") {
+		t.Errorf("LoadPretrained with room: %v, want the broken weights' error", err)
+	}
+}
