@@ -44,6 +44,11 @@ type HubOptions struct {
 	Progress func(file string, done, total int64)
 	// Client is the HTTP client (nil: one without an overall timeout, as files are gigabytes).
 	Client *http.Client
+	// BeforeWeights, when set, is called with the download's directory once config.json and
+	// the tokenizer files are there, before any weights are fetched; an error from it stops
+	// the download (returned wrapped; the files so far stay for a later call) — for a check,
+	// such as whether the model fits this machine, that needs only the config.
+	BeforeWeights func(dir string) error
 }
 
 // hubFiles are the files Download fetches besides the weights; required ones fail the
@@ -130,6 +135,11 @@ func Download(ctx context.Context, id string, opt HubOptions) (string, error) {
 				continue
 			}
 			return "", err
+		}
+	}
+	if opt.BeforeWeights != nil {
+		if err := opt.BeforeWeights(dir); err != nil {
+			return "", fmt.Errorf("hf: %s: before its weights: %w", id, err)
 		}
 	}
 	switch err := d.fetch(IndexFile); {

@@ -3,6 +3,7 @@ package hf
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -190,4 +191,42 @@ func TestDownload(t *testing.T) {
 	if _, err := Download(ctx, "agrl/qwen3", HubOptions{Endpoint: srv2.URL, CacheDir: cache, Revision: "../x"}); err == nil {
 		t.Error("a revision with .. accepted")
 	}
+}
+
+// TestDownloadBeforeWeights: a BeforeWeights error stops a download after the config and
+// tokenizer files, before the weights are requested, and is returned; the next call without
+// it finishes the download.
+func TestDownloadBeforeWeights(t *testing.T) {
+	hub := &fakeHub{repos: map[string]string{"agrl/qwen3": hubRepo(t, "qwen3")}}
+	srv := httptest.NewServer(hub)
+	defer srv.Close()
+	opt := HubOptions{Endpoint: srv.URL, CacheDir: t.TempDir(), Token: "-"}
+	refuse := errors.New("too large")
+	var sawConfig bool
+	opt.BeforeWeights = func(dir string) error {
+		_, err := LoadConfig(filepath.Join(dir, "config.json"))
+		sawConfig = err == nil
+		return refuse
+	}
+	if _, err := Download(context.Background(), "agrl/qwen3", opt); !errors.Is(err, refuse) || !sawConfig {
+		t.Fatalf("Download with a refusing BeforeWeights: %v (config readable there: %v)", err, sawConfig)
+	}
+	for _, r := range hub.requests {
+		if strings.HasSuffix(r, ".safetensors") || strings.HasSuffix(r, ".index.json") {
+			t.Errorf("%s requested after BeforeWeights refused", r)
+		}
+	}
+	if _, ok := Cached("agrl/qwen3", opt); ok {
+		t.Error("a refused download is marked complete")
+	}
+	opt.BeforeWeights = nil
+	dir, err := Download(context.Background(), "agrl/qwen3", opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, err := OpenDir(dir)
+	if err != nil {
+		t.Fatalf("the finished download: %v", err)
+	}
+	ck.Close()
 }

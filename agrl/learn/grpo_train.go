@@ -101,7 +101,7 @@ func Build(g agrl.GRPO) (*GRPOTrainer, error) {
 		return nil, err
 	}
 	if p := g.Spec().Pretrained; p != nil && p.Spec().Hub {
-		if _, err := fetchHub(p.Spec().Dir, os.Stderr); err != nil {
+		if _, err := fetchHub(p.Spec().Dir, p.Spec(), os.Stderr); err != nil {
 			return nil, err
 		}
 		if err := p.Validate(); err != nil { // now with the download's config.json

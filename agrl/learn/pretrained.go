@@ -155,7 +155,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	s := p.Spec()
 	modelName := s.Dir
 	if s.Hub {
-		dir, err := fetchHub(s.Dir, os.Stderr)
+		dir, err := fetchHub(s.Dir, s, os.Stderr)
 		if err != nil {
 			return nil, err
 		}
@@ -295,8 +295,9 @@ func (p *PretrainedPolicy) computeDType() dtypes.DType {
 // fetchHub downloads hub model id (agrl.Pretrained("owner/name")) into the hub cache, unless
 // it is there already, and returns its directory. Progress goes to w as plain lines (a
 // notebook's output shows them as they come): each file when it starts and ends, and a large
-// one's size so far every few seconds.
-func fetchHub(id string, w io.Writer) (string, error) {
+// one's size so far every few seconds. A model whose config says it cannot fit this machine
+// for s (checkModelFits) is refused before its weights are downloaded.
+func fetchHub(id string, s agrl.PretrainedSpec, w io.Writer) (string, error) {
 	if dir, ok := hf.Cached(id, hf.HubOptions{}); ok {
 		return dir, nil
 	}
@@ -304,7 +305,9 @@ func fetchHub(id string, w io.Writer) (string, error) {
 	var ended bool  // its end has been reported
 	var last time.Time
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
-	dir, err := hf.Download(context.Background(), id, hf.HubOptions{Progress: func(name string, done, total int64) {
+	var tooLarge error // checkModelFits's refusal, returned as it is
+	fits := func(dir string) error { tooLarge = checkModelFits(dir, s, usableMemory()); return tooLarge }
+	dir, err := hf.Download(context.Background(), id, hf.HubOptions{BeforeWeights: fits, Progress: func(name string, done, total int64) {
 		switch {
 		case name != file:
 			file, ended, last = name, false, time.Now()
@@ -325,6 +328,9 @@ func fetchHub(id string, w io.Writer) (string, error) {
 			fmt.Fprintf(w, "downloading %s: %s: %s\n", id, name, mb(done))
 		}
 	}})
+	if tooLarge != nil {
+		return "", tooLarge
+	}
 	if err != nil {
 		return "", fmt.Errorf("agrl: model %s: no such directory, and as a hub id: %w", id, err)
 	}

@@ -30,7 +30,7 @@ func TestPretrainedFromHub(t *testing.T) {
 		t.Fatalf("Validate before the download: %v, %d requests", err, srv.Requests())
 	}
 	var progress bytes.Buffer
-	dir, err := fetchHub("agrl/tiny-qwen3", &progress)
+	dir, err := fetchHub("agrl/tiny-qwen3", agrl.Pretrained("agrl/tiny-qwen3").Spec(), &progress)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
+	"agrl.dev/internal/hubtest"
 )
 
 // TestModelFits: a model whose float32 weights (LoRA) or six copies of them (full
@@ -67,5 +68,23 @@ func TestModelFits(t *testing.T) {
 	usableMemory = func() int64 { return 6 * weights }
 	if _, err = LoadPretrained(agrl.Pretrained(bad).Full(), 1); err == nil || strings.Contains(err.Error(), "memory") {
 		t.Errorf("LoadPretrained with room: %v, want the broken weights' error", err)
+	}
+
+	// A hub id: refused once its config.json is there, before the weights are downloaded
+	// (the download is not marked complete); with room, downloaded and loaded.
+	srv := hubtest.Serve(t, map[string]string{"agrl/tiny": dir})
+	t.Setenv("HF_ENDPOINT", srv.URL)
+	t.Setenv("AGRL_HUB_CACHE", t.TempDir())
+	usableMemory = func() int64 { return weights }
+	_, err = LoadPretrained(agrl.Pretrained("agrl/tiny").Full(), 1)
+	if err == nil || !strings.HasPrefix(err.Error(), "agrl: ") || !strings.Contains(err.Error(), "does not fit this machine's memory") {
+		t.Errorf("LoadPretrained of a hub model too large: %v", err)
+	}
+	if _, ok := hf.Cached("agrl/tiny", hf.HubOptions{}); ok {
+		t.Error("the refused hub model's download is marked complete")
+	}
+	usableMemory = func() int64 { return 6 * weights }
+	if _, err = LoadPretrained(agrl.Pretrained("agrl/tiny").Full(), 1); err != nil {
+		t.Errorf("LoadPretrained of the hub model with room: %v", err)
 	}
 }
