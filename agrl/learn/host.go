@@ -702,13 +702,13 @@ func (t *Trainer) hostUpdate(grads [][]float32, lr float64) (float64, error) {
 		if wv == nil || mv == nil || vv == nil {
 			return 0, fmt.Errorf("agrl: weight or optimizer state of %s missing", s.name)
 		}
-		targets[i] = adamTarget{name: s.name, w: wv, m: mv, v: vv, decay: o.WeightDecay > 0 && decays(s.name)}
+		targets[i] = adamTarget{name: s.name, w: wv, m: mv, v: vv, decay: decays(s.name)}
 	}
 	return hostAdamW(o, p.store.GetVariable(t.statePath("step")), t.statePath("step"), targets, grads, lr, t.shards)
 }
 
 // adamTarget is one trainable tensor of a host AdamW step: the weight, its two moments, and
-// whether weight decay applies to it.
+// whether the optimizer's weight decay (if any) applies to it.
 type adamTarget struct {
 	name    string
 	w, m, v *model.Variable

@@ -376,7 +376,7 @@ func (t *pretrainedTrainer) hostUpdate(grads [][]float32, lr float64) (float64, 
 			return 0, fmt.Errorf("agrl: optimizer state of %s missing", wv.Path())
 		}
 		// updateGraph's decay: every LoRA factor; under full fine-tuning the matrices only
-		targets[i] = adamTarget{name: wv.Path(), w: wv, m: mv, v: vv, decay: o.WeightDecay > 0 && (!p.full || wv.Shape().Rank() >= 2)}
+		targets[i] = adamTarget{name: wv.Path(), w: wv, m: mv, v: vv, decay: !p.full || wv.Shape().Rank() >= 2}
 	}
 	return hostAdamW(o, p.store.GetVariable(t.statePath("step")), t.statePath("step"), targets, grads, lr, runtime.GOMAXPROCS(0))
 }

@@ -40,7 +40,7 @@ func checkModelFits(dir string, s agrl.PretrainedSpec, usable int64) error {
 	if err != nil {
 		return nil // Validate has said so
 	}
-	copies, what := int64(1), "its weights in float32 (the sampler's copy, which the training graphs read)"
+	copies, what := int64(1), "its weights in float32 (the host sampler's copy, kept on every backend)"
 	if s.Full && bc.Name == "go" {
 		copies = fullHostCopies
 		what = fmt.Sprintf("%d float32 copies of its weights (the trained weights, their gradients, AdamW's two moments, the sampler's copy, the frozen reference)", fullHostCopies)
