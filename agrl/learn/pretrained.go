@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gomlx/compute"
 	"github.com/gomlx/compute/dtypes"
@@ -77,10 +78,14 @@ type PretrainedPolicy struct {
 	stale     bool                   // the store's trainable weights changed since the sampler's copy was made
 	scoreExec map[string]*model.Exec // by view: "" (the adapters), "base", "reference"
 	// full is set for full fine-tuning (agrl.PretrainedLM.Full): every base weight is
-	// trainable, cur samples with a host copy of the store's current weights, and the base
-	// and the reference are frozen copies (frozen, by view) of their own weights.
+	// trainable, cur samples with the store's current weights, and the base and the reference
+	// are frozen copies (frozen, by view) of their own weights. Where the store keeps float32
+	// in Go memory (sharesStore) cur's model reads the store's own slices, which live holds by
+	// tensor name (nil while cur's model has weights of its own); elsewhere it is a host copy
+	// made after each update.
 	full   bool
 	cur    *agent.Policy
+	live   map[string][]float32
 	frozen map[string]*pretrainedFrozen
 	loaded CheckpointInfo
 	// optState holds the optimizer state read from a checkpoint, until a learner takes it.
@@ -456,7 +461,7 @@ var errNoAdapters = errors.New("agrl: this policy is fully fine-tuned (agrl.Pret
 func (p *PretrainedPolicy) Graph() *hfgraph.Model { return p.graph }
 
 // Agent returns the sampling policy with the current adapters (agrl/llm/agent), or with full
-// fine-tuning the current weights.
+// fine-tuning the current weights: a snapshot, which later training steps do not change.
 //
 // When the policy decodes on the backend (GraphDecoding), the agent's rollouts and Act do
 // too, reading the store's current weights; its Score, TopTokens and Model are the host's.
@@ -464,10 +469,15 @@ func (p *PretrainedPolicy) Agent() (*agent.Policy, error) {
 	if p.full {
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if err := p.syncHost(); err != nil {
+		m, err := p.ownModel()
+		if err != nil {
 			return nil, err
 		}
-		return p.sampler(p.cur, p.graph, ""), nil
+		cur, err := p.cur.WithModel(m)
+		if err != nil {
+			return nil, err
+		}
+		return p.sampler(cur, p.graph, ""), nil
 	}
 	a, err := p.Adapters()
 	if err != nil {
@@ -511,11 +521,12 @@ func (p *PretrainedPolicy) SaveAdapters(dir string) error {
 // With full fine-tuning it writes the current weights.
 func (p *PretrainedPolicy) SaveMerged(dir string, dtype hf.DType) error {
 	if p.full {
-		pol, err := p.Agent()
-		if err != nil {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err := p.syncHost(); err != nil {
 			return err
 		}
-		return pol.Model().Save(dir, nil, dtype)
+		return p.cur.Model().Save(dir, nil, dtype)
 	}
 	a, err := p.Adapters()
 	if err != nil {
@@ -525,12 +536,16 @@ func (p *PretrainedPolicy) SaveMerged(dir string, dtype hf.DType) error {
 }
 
 // syncHost copies the store's adapters to the sampler's copy if they changed (p.mu held). With
-// full fine-tuning it builds a new host model of the store's current weights: new slices, so
-// that the host kernels' transposed copies (cached by weight) are made afresh and the old
-// ones are collected with the old model.
+// full fine-tuning it points the sampler at the store's current weights (syncLive) where the
+// store keeps them in Go memory as float32 (sharesStore), and elsewhere builds a new host
+// model of them: new slices, so that the host kernels' transposed copies (cached by weight)
+// are made afresh and the old ones are collected with the old model.
 func (p *PretrainedPolicy) syncHost() error {
 	if !p.stale {
 		return nil
+	}
+	if p.full && p.sharesStore() {
+		return p.syncLive()
 	}
 	if p.full {
 		// The store's layout as it is: the sampler multiplies by the [in, out] projections
@@ -557,6 +572,99 @@ func (p *PretrainedPolicy) syncHost() error {
 	return nil
 }
 
+// sharesStore reports whether, under full fine-tuning, the sampler's host model reads the
+// store's trainable weights themselves (syncLive): where the backend's buffers are Go memory
+// (the go backend) and the store keeps float32, the sampler's layout.
+func (p *PretrainedPolicy) sharesStore() bool {
+	return p.full && p.backend.HasSharedBuffers() && p.graph.DType() == dtypes.Float32
+}
+
+// syncLive makes cur's model read the store's trainable weights in place (p.mu held;
+// sharesStore): each variable's value is moved into a buffer the backend shares with the
+// host, if it is not in one already, and the model is llm.FromStorage over those slices,
+// the projections in the store's [in, out] layout. An update in place on the host
+// (hostUpdate: tensors.MutableFlatData writes a shared buffer's memory itself) is then the
+// sampler's at no cost, and the run holds one float32 copy of the trained weights, not two:
+// nothing is made unless a variable's storage changed (a graph's update, or a checkpoint's
+// weights, put new tensors in the store), which the slices' addresses tell. The model keeps
+// the tensors reachable, so their memory outlives a replaced value until the model is
+// dropped; cur is only read after a syncHost, so never after such a change without one.
+func (p *PretrainedPolicy) syncLive() error {
+	prefix := p.graph.Scope() + "/base/"
+	vars := p.graph.BaseVariables()
+	w := make(map[string][]float32, len(vars))
+	owners := make([]*tensors.Tensor, 0, len(vars))
+	same := len(p.live) == len(vars)
+	for _, v := range vars {
+		t, err := v.Value()
+		if err != nil {
+			return err
+		}
+		if err := t.MaterializeOnDevice(p.backend, true, 0); err != nil {
+			return fmt.Errorf("agrl: %s: %w", v.Path(), err)
+		}
+		var data []float32
+		if err := t.ConstFlatData(func(flat any) { data, _ = flat.([]float32) }); err != nil {
+			return fmt.Errorf("agrl: %s: %w", v.Path(), err)
+		}
+		if len(data) != t.Shape().Size() {
+			return fmt.Errorf("agrl: %s: no float32 values to sample with (%s)", v.Path(), t.Shape())
+		}
+		name := strings.TrimPrefix(v.Path(), prefix)
+		if old := p.live[name]; len(old) != len(data) || unsafe.SliceData(old) != unsafe.SliceData(data) {
+			same = false
+		}
+		w[name] = data
+		owners = append(owners, t)
+	}
+	if same {
+		p.stale = false
+		return nil
+	}
+	m, err := llm.FromStorage(p.cfg, p.spec.Dir, w, owners)
+	if err != nil {
+		return fmt.Errorf("agrl: %w", err)
+	}
+	cur, err := p.agent.WithModel(m)
+	if err != nil {
+		return err
+	}
+	p.cur, p.live, p.stale = cur, w, false
+	return nil
+}
+
+// ownModel is a host model of the current weights under full fine-tuning that no later
+// update changes (p.mu held): cur's, unless cur reads the store in place (syncLive), then a
+// copy.
+func (p *PretrainedPolicy) ownModel() (*llm.Model, error) {
+	if err := p.syncHost(); err != nil {
+		return nil, err
+	}
+	if p.live == nil {
+		return p.cur.Model(), nil
+	}
+	w, err := p.graph.StoredBaseWeights()
+	if err != nil {
+		return nil, err
+	}
+	return llm.FromWeightsTransposed(p.cfg, p.spec.Dir, w)
+}
+
+// current is the sampling policy the policy's own rollouts and scores use: Agent's, except
+// that under full fine-tuning it is cur itself (read in place from the store where
+// sharesStore), good until the next update, where Agent makes a snapshot.
+func (p *PretrainedPolicy) current() (*agent.Policy, error) {
+	if !p.full {
+		return p.Agent()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.syncHost(); err != nil {
+		return nil, err
+	}
+	return p.sampler(p.cur, p.graph, ""), nil
+}
+
 // Rollout plays one episode per task in the model's chat format with the current adapters
 // (see agent.Policy.Rollout). opt.MaxTokens 0 means the model's context.
 //
@@ -566,7 +674,7 @@ func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rol
 	if p.graphDecoding {
 		return p.sampler(p.agent, p.graph, "").Rollout(env, tasks, opt)
 	}
-	pol, err := p.Agent()
+	pol, err := p.current()
 	if err != nil {
 		return nil, agrl.RolloutStats{}, err
 	}
@@ -576,7 +684,7 @@ func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.Rol
 // Score computes per-token log-probabilities and entropies with the adapters (the contract of
 // Policy.Score: entry i is about token i+1).
 func (p *PretrainedPolicy) Score(seqs [][]int32, temperature float64) ([]TokenScores, error) {
-	return p.score(seqs, temperature, "", p.graph, p.Agent)
+	return p.score(seqs, temperature, "", p.graph, p.current)
 }
 
 // BaseModel returns the model with its adapters off: the pretrained model, GRPO's KL reference

@@ -158,10 +158,10 @@ func (p *PretrainedPolicy) warmWeights(dir string) (*llm.Model, error) {
 		if p.loaded.Stage == StageGRPO && p.loaded.Step > 0 {
 			return nil, fmt.Errorf("agrl: the KL reference (the warm-started weights) is missing from %s, and this run resumes at GRPO step %d, whose weights are not the warm start's: restore the directory, or resume from the warm start's checkpoint", dir, p.loaded.Step)
 		}
-		if err := p.syncHost(); err != nil { // p.mu is held by frozenModel
+		m, err := p.ownModel() // p.mu is held by frozenModel
+		if err != nil {
 			return nil, err
 		}
-		m := p.cur.Model()
 		if err := saveModelDir(dir, m); err != nil {
 			return nil, fmt.Errorf("agrl: saving the KL reference (the warm-started weights): %w", err)
 		}
@@ -229,7 +229,7 @@ func (p *PretrainedPolicy) restoreFull(ckdir string) error {
 	// Stale: the first use makes the host model again from the store, in the layout syncHost
 	// gives it after every update ([in, out] projections), so that a resumed run's host
 	// steps multiply in the uninterrupted run's layout (the same bits).
-	p.cur, p.stale = cur, true
+	p.cur, p.live, p.stale = cur, nil, true
 	return nil
 }
 

@@ -343,3 +343,117 @@ func TestFrozenGraphOnDemand(t *testing.T) {
 		t.Errorf("the step moved the policy's log-probs by at most %.3g: the test cannot tell the reference from it", moved)
 	}
 }
+
+// TestFullSamplerReadsStore: under full fine-tuning on the go backend the sampler's host model
+// reads the store's trainable weights in place (the run holds one float32 copy of them, not
+// two): an update written into the store's memory, as the host's AdamW step writes it, is the
+// sampler's next logits with no model made again; a value the store replaces (a graph's
+// update, a checkpoint's weights) gets a new model over its memory; and Agent's snapshot
+// keeps the weights it was taken with.
+func TestFullSamplerReadsStore(t *testing.T) {
+	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).Full(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.sharesStore() {
+		t.Fatal("the go backend's float32 store is not shared with the sampler")
+	}
+	ids := []int32{3, 17, 5, 60, 2, 9}
+	logits := func(m *llm.Model) [][]float32 {
+		t.Helper()
+		z, err := m.Logits(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return z
+	}
+	// want is the logits of a model of its own holding the store's current weights.
+	want := func() [][]float32 {
+		t.Helper()
+		w, err := p.Graph().BaseWeights()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := llm.FromWeights(p.Config(), "", w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return logits(m)
+	}
+	stale := func() { p.mu.Lock(); p.stale = true; p.mu.Unlock() } // as an update leaves it
+	vars := p.Graph().BaseVariables()
+
+	stale()
+	cur, err := p.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(cur.Model().Shared()); got != len(vars) || p.live == nil {
+		t.Fatalf("the sampler reads %d of the store's %d weights in place", got, len(vars))
+	}
+	snap, err := p.Agent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snap.Model().Shared()) != 0 {
+		t.Error("Agent's snapshot reads the store in place")
+	}
+	before := logits(snap.Model())
+	if !reflect.DeepEqual(logits(cur.Model()), before) {
+		t.Fatal("the sampler reading the store and the snapshot disagree before any update")
+	}
+
+	// An update in place, as hostUpdate writes it.
+	for _, v := range vars {
+		if err := mutate(v, func(w []float32) {
+			for i := range w {
+				w[i] *= 1.01
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale()
+	cur2, err := p.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur2.Model() != cur.Model() {
+		t.Error("a model was made again although the store's memory did not move")
+	}
+	after := want()
+	if reflect.DeepEqual(after, before) {
+		t.Fatal("the update changed no logit")
+	}
+	if got := logits(cur2.Model()); !reflect.DeepEqual(got, after) {
+		t.Error("the sampler's logits after an update in place are not the updated weights'")
+	}
+	if !reflect.DeepEqual(logits(snap.Model()), before) {
+		t.Error("Agent's snapshot changed with the update")
+	}
+
+	// New values in the store (new tensors): a new model over their memory.
+	w, err := p.Graph().BaseWeights()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range w {
+		for i := range x {
+			x[i] *= 0.98
+		}
+	}
+	if err := p.Graph().SetBaseWeights(w); err != nil {
+		t.Fatal(err)
+	}
+	stale()
+	cur3, err := p.current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur3.Model() == cur2.Model() {
+		t.Fatal("the sampler still reads the store's replaced values")
+	}
+	if got, wantZ := logits(cur3.Model()), want(); !reflect.DeepEqual(got, wantZ) || reflect.DeepEqual(got, after) {
+		t.Error("the sampler's logits after new values are not the store's")
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"agrl.dev/agrl/hf"
 )
 
 // Share makes data the model's storage of the tensor name (a checkpoint name, as Weights lists
@@ -66,6 +68,32 @@ func (m *Model) Share(name string, data []float32, transposed bool, owner any) e
 	}
 	root.shared[name] = true
 	return nil
+}
+
+// FromStorage makes a model of cfg over weights that their holder keeps and updates in place
+// (a trainer's variables, say): each tensor as FromWeightsTransposed takes it, the
+// projections as their transposes [in, out] — the layout a GoMLX store keeps them in. The
+// model reads the slices themselves and keeps nothing it derives from them (it multiplies by
+// the [in, out] projections as they are, with SetLinearT's kernel, which keeps nothing of
+// them, and reads the embeddings, the norms and the head in place; only SetLinear's kernel
+// may keep copies, of [out, in] weights, which this model has none of), so that what the holder writes into them between two forward passes is the next
+// pass's model. Writing
+// during a pass is a data race, as for any shared memory. owner, if not nil, is kept
+// reachable as long as the model is, for memory that a finalizer of owner's would free.
+// Every tensor is Shared; Weights and Save copy them, as for Share.
+func FromStorage(cfg hf.Config, dir string, weights map[string][]float32, owner any) (*Model, error) {
+	m, err := FromWeightsTransposed(cfg, dir, weights)
+	if err != nil {
+		return nil, err
+	}
+	if owner != nil {
+		m.owners = append(m.owners, owner)
+	}
+	m.shared = map[string]bool{}
+	for name := range weights {
+		m.shared[name] = true
+	}
+	return m, nil
 }
 
 // diffTransposed returns the first index of w ([out, in]) whose value differs in any bit from

@@ -213,3 +213,63 @@ func TestFromWeightsTransposed(t *testing.T) {
 		})
 	}
 }
+
+// A model made by FromStorage reads its holder's memory: what the holder writes into the
+// slices between two forward passes is the next pass's model, bit for bit the logits of a
+// model holding the new weights itself (for every family, tied embeddings included); every
+// tensor is Shared, and Weights returns copies.
+func TestFromStorage(t *testing.T) {
+	ids := []int32{3, 1, 4, 1, 5, 9, 2, 6}
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			m := loadVariant(t, v.name)
+			w := m.Weights()
+			held := map[string][]float32{}
+			for name, x := range w {
+				held[name] = slices.Clone(x)
+				if _, _, mod := m.slot(name); mod >= 0 {
+					out, in := moduleShape(m.cfg, mod)
+					held[name] = transposeOf(x, out, in)
+				}
+			}
+			owner := new(int)
+			ms, err := FromStorage(m.Config(), "", held, owner)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ms.Shared(); len(got) != len(held) {
+				t.Fatalf("Shared lists %d tensors, want %d", len(got), len(held))
+			}
+			if len(ms.owners) != 1 || ms.owners[0] != owner {
+				t.Error("the owner is not kept")
+			}
+			if !sameBits(mustLogits(t, ms, ids), mustLogits(t, m, ids)) {
+				t.Fatal("other logits before any write")
+			}
+			// The holder updates every tensor in place.
+			rng := rand.New(rand.NewPCG(7, 8))
+			for _, x := range held {
+				for i := range x {
+					x[i] *= 1 + 0.05*float32(rng.NormFloat64())
+				}
+			}
+			own, err := FromWeights(m.Config(), "", ms.Weights())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := mustLogits(t, ms, ids)
+			if sameBits(got, mustLogits(t, m, ids)) {
+				t.Fatal("the writes changed no logit")
+			}
+			if !sameBits(got, mustLogits(t, own, ids)) {
+				t.Error("the logits after the writes are not the written weights'")
+			}
+			ws := ms.Weights()
+			for name, x := range ws {
+				if len(x) > 0 && len(held[name]) > 0 && &x[0] == &held[name][0] {
+					t.Errorf("Weights returned the holder's memory of %s", name)
+				}
+			}
+		})
+	}
+}
