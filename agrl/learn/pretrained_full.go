@@ -14,11 +14,12 @@ import (
 )
 
 // Full fine-tuning of a pretrained policy (agrl.PretrainedLM.Full). Every base weight in the
-// store is trainable and the optimizer updates them all; after an update the sampler gets a
-// host model of the new weights (syncHost). The adapters' shortcuts do not hold: the base view
-// of the store's variables is the trained model, so the pretrained model and GRPO's KL
-// reference are frozen copies — their own variables under their own store scopes, and their
-// own host models for rollouts.
+// store is trainable and the optimizer updates them all. The sampler's host model reads them
+// in place from the store where it keeps float32 in Go memory (the go backend: syncLive),
+// and is made again from them after each update elsewhere (syncHost). The adapters'
+// shortcuts do not hold: the base view of the store's variables is the trained model, so
+// the pretrained model and GRPO's KL reference are frozen copies — their own variables under
+// their own store scopes, and their own host models for rollouts.
 
 // pretrainedFrozen is a frozen copy of a pretrained model's weights: the checkpoint's (view
 // "base") or the warm-started ones (view "reference"). Its host model (agent) always exists;

@@ -19,10 +19,11 @@ import (
 // the adapters. A full fine-tuning learner does the same with Trace.BackwardWeights, into
 // gradient sums of every weight in the store's layout (llm.WeightGrads, the projections [in,
 // out]), the LM head's added from its logits' gradient (dzᵀ·hidden); its host model is the
-// store's current weights, made again after each update (syncHost). The loss stays the learner's GoMLX LossFunc over the per-token statistics, as
-// in the segmented step (pretrained_segments.go), which also gives its gradient with respect
-// to them; the optimizer's update is the graph's, unchanged, so optimizer state, checkpoints
-// and resume are the same either way.
+// store's current weights, read in place (syncLive: the update, in place too, is the next
+// step's model at no cost). The loss stays the learner's GoMLX LossFunc over the per-token
+// statistics, as in the segmented step (pretrained_segments.go), which also gives its
+// gradient with respect to them; the optimizer's update is the graph's arithmetic on the
+// host (hostUpdate), so optimizer state, checkpoints and resume are the same either way.
 //
 // For each micro-batch (the graph path's chunks, so progress and the loss's shapes are the
 // same):

@@ -20,9 +20,10 @@ import (
 var usableMemory = sysmem.Usable
 
 // fullHostCopies is how many float32 copies of the weights full fine-tuning keeps in Go
-// memory on the go backend: the trained weights, their gradients summed over micro-batches,
-// AdamW's two moments, the sampler's copy and the frozen pretrained model (the KL reference).
-const fullHostCopies = 6
+// memory on the go backend: the trained weights (which the sampler reads in place,
+// syncLive), their gradients summed over micro-batches, AdamW's two moments and the frozen
+// pretrained model (the KL reference).
+const fullHostCopies = 5
 
 // checkModelFits returns an error when the model in dir, trained as s says, cannot fit in
 // usable bytes of memory (usable 0: not checked). A config.json that cannot be read is left
@@ -43,7 +44,7 @@ func checkModelFits(dir string, s agrl.PretrainedSpec, usable int64) error {
 	copies, what := int64(1), "its weights in float32 (the host sampler's copy, kept on every backend)"
 	if s.Full && bc.Name == "go" {
 		copies = fullHostCopies
-		what = fmt.Sprintf("%d float32 copies of its weights (the trained weights, their gradients, AdamW's two moments, the sampler's copy, the frozen reference)", fullHostCopies)
+		what = fmt.Sprintf("%d float32 copies of its weights (the trained weights, their gradients, AdamW's two moments, the frozen reference)", fullHostCopies)
 	}
 	need := params * 4 * copies
 	if need <= usable {

@@ -11,7 +11,7 @@ import (
 	"agrl.dev/internal/hubtest"
 )
 
-// TestModelFits: a model whose float32 weights (LoRA) or six copies of them (full
+// TestModelFits: a model whose float32 weights (LoRA) or five copies of them (full
 // fine-tuning on the go backend) exceed the usable memory is refused with the sizes named,
 // and LoadPretrained refuses it before reading a single weight; at the bound it is accepted.
 func TestModelFits(t *testing.T) {
@@ -31,8 +31,8 @@ func TestModelFits(t *testing.T) {
 	}{
 		{"lora at its weights", lora, weights, true},
 		{"lora below its weights", lora, weights - 1, false},
-		{"full at six copies", full, 6 * weights, true},
-		{"full below six copies", full, 6*weights - 1, false},
+		{"full at five copies", full, 5 * weights, true},
+		{"full below five copies", full, 5*weights - 1, false},
 		{"full on another backend: the host's copy", gpuFull, weights, true},
 		{"unknown memory", full, 0, true},
 	} {
