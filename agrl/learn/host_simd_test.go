@@ -309,10 +309,10 @@ func eachGemmCase(rng *rand.Rand, shapes [][3]int, f func(name string, product f
 	}
 }
 
-// TestNarrowColumnsMatchPanels checks the products' narrow columns (kernel1x8AVX2: widths 1–8,
-// its mask built once per call) bit for bit against the same columns computed in a 16-wide
-// block by the assembly kernel (B padded with zeros), A in both layouts, C added to and stored,
-// contractions past kBlock.
+// TestNarrowColumnsMatchPanels checks the AVX2 path's narrow columns (kernel1x8AVX2: widths
+// 1–8, its mask built once per call) bit for bit against the same columns computed in a
+// 16-wide block by the assembly kernel (B padded with zeros), A in both layouts, C added to
+// and stored, contractions past kBlock.
 func TestNarrowColumnsMatchPanels(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("needs a CPU with AVX2 and FMA")
@@ -320,45 +320,12 @@ func TestNarrowColumnsMatchPanels(t *testing.T) {
 	saved := useAVX2
 	defer func() { useAVX2 = saved }()
 	useAVX2 = true
-	rng := rand.New(rand.NewPCG(6, 18))
-	const m = 6
-	for _, kk := range []int{1, 7, 300} {
-		for w := 1; w <= 8; w++ {
-			a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*w), randNormals(rng, m*w)
-			b16, c16 := make([]float32, kk*16), make([]float32, m*16)
-			for k := range kk {
-				copy(b16[k*16:], b[k*w:(k+1)*w])
-			}
-			for _, load := range []bool{true, false} {
-				for _, trans := range []bool{false, true} {
-					ai, ak := kk, 1
-					if trans {
-						ai, ak = 1, m
-					}
-					got := slices.Clone(c)
-					for i := range m {
-						copy(c16[i*16:], c[i*w:(i+1)*w])
-					}
-					gemmK(m, w, kk, a, ai, ak, b, w, got, w, load)
-					gemmK(m, 16, kk, a, ai, ak, b16, 16, c16, 16, load)
-					for i := range m {
-						for j := range w {
-							if g, want := got[i*w+j], c16[i*16+j]; math.Float32bits(g) != math.Float32bits(want) {
-								t.Fatalf("kk %d width %d load %v transposed %v: C[%d,%d] = %v, the 16-wide block's %v", kk, w, load, trans, i, j, g, want)
-							}
-						}
-					}
-				}
-			}
-		}
-	}
+	narrowMatchPadded(t, rand.New(rand.NewPCG(6, 18)), 6, []int{0}, 8)
 }
 
 // TestNarrowColumnsMatchPanelsAVX512 checks the AVX-512 path's narrow columns (kernel4xw and
-// kernel1x16's masked rows: widths 1–15, alone and past a 32-wide block) bit for bit against
-// the same columns computed in full 16-wide blocks (B and C padded with zeros): nine rows (two
-// 4-row blocks and a single row), A in both layouts, C added to and stored, contractions past
-// kBlock, with and without the assembly kernel.
+// kernel1x16's masked rows: widths 1–15, alone and past a 32-wide block) the same way, on
+// nine rows (two 4-row blocks and a single row), with and without the assembly kernel.
 func TestNarrowColumnsMatchPanelsAVX512(t *testing.T) {
 	if !hasAVX512 {
 		t.Skip("needs a CPU with AVX-512")
@@ -367,36 +334,44 @@ func TestNarrowColumnsMatchPanelsAVX512(t *testing.T) {
 	defer func() { useAVX2, useAsm = saved, true }()
 	useAVX2 = false
 	rng := rand.New(rand.NewPCG(6, 19))
-	const m = 9
 	for _, asm := range []bool{true, false} {
 		useAsm = asm
-		for _, kk := range []int{1, 7, 300} {
-			for _, wide := range []int{0, 32} {
-				for w := 1; w < 16; w++ {
-					n, np := wide+w, wide+16
-					a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*n), randNormals(rng, m*n)
-					bp, cp := make([]float32, kk*np), make([]float32, m*np)
-					for k := range kk {
-						copy(bp[k*np:], b[k*n:(k+1)*n])
-					}
-					for _, load := range []bool{true, false} {
-						for _, trans := range []bool{false, true} {
-							ai, ak := kk, 1
-							if trans {
-								ai, ak = 1, m
-							}
-							got := slices.Clone(c)
-							clear(cp)
-							for i := range m {
-								copy(cp[i*np:], c[i*n:(i+1)*n])
-							}
-							gemmK(m, n, kk, a, ai, ak, b, n, got, n, load)
-							gemmK(m, np, kk, a, ai, ak, bp, np, cp, np, load)
-							for i := range m {
-								for j := range n {
-									if g, want := got[i*n+j], cp[i*np+j]; math.Float32bits(g) != math.Float32bits(want) {
-										t.Fatalf("asm %v kk %d width %d load %v transposed %v: C[%d,%d] = %v, the padded product's %v", asm, kk, n, load, trans, i, j, g, want)
-									}
+		narrowMatchPadded(t, rng, 9, []int{0, 32}, 15)
+	}
+}
+
+// narrowMatchPadded runs gemmK on m rows and wide+w columns, for every w in 1…maxW and wide
+// in wides, against the same product with its last block padded with zeros to 16 columns,
+// and requires the same bits: A in both layouts, C added to and stored, contractions of 1, 7
+// and 300 (past kBlock).
+func narrowMatchPadded(t *testing.T, rng *rand.Rand, m int, wides []int, maxW int) {
+	t.Helper()
+	for _, kk := range []int{1, 7, 300} {
+		for _, wide := range wides {
+			for w := 1; w <= maxW; w++ {
+				n, np := wide+w, wide+16
+				a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*n), randNormals(rng, m*n)
+				bp, cp := make([]float32, kk*np), make([]float32, m*np)
+				for k := range kk {
+					copy(bp[k*np:], b[k*n:(k+1)*n])
+				}
+				for _, load := range []bool{true, false} {
+					for _, trans := range []bool{false, true} {
+						ai, ak := kk, 1
+						if trans {
+							ai, ak = 1, m
+						}
+						got := slices.Clone(c)
+						clear(cp)
+						for i := range m {
+							copy(cp[i*np:], c[i*n:(i+1)*n])
+						}
+						gemmK(m, n, kk, a, ai, ak, b, n, got, n, load)
+						gemmK(m, np, kk, a, ai, ak, bp, np, cp, np, load)
+						for i := range m {
+							for j := range n {
+								if g, want := got[i*n+j], cp[i*np+j]; math.Float32bits(g) != math.Float32bits(want) {
+									t.Fatalf("useAsm %v kk %d width %d load %v transposed %v: C[%d,%d] = %v, the padded product's %v", useAsm, kk, n, load, trans, i, j, g, want)
 								}
 							}
 						}

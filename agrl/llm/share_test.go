@@ -186,13 +186,7 @@ func TestFromWeightsTransposed(t *testing.T) {
 	for _, v := range variants() {
 		t.Run(v.name, func(t *testing.T) {
 			m := loadVariant(t, v.name)
-			w := m.Weights()
-			for name, x := range w {
-				if _, _, mod := m.slot(name); mod >= 0 {
-					out, in := moduleShape(m.cfg, mod)
-					w[name] = transposeOf(x, out, in)
-				}
-			}
+			w := storeLayout(m)
 			mt, err := FromWeightsTransposed(m.Config(), "", w)
 			if err != nil {
 				t.Fatal(err)
@@ -223,15 +217,7 @@ func TestFromStorage(t *testing.T) {
 	for _, v := range variants() {
 		t.Run(v.name, func(t *testing.T) {
 			m := loadVariant(t, v.name)
-			w := m.Weights()
-			held := map[string][]float32{}
-			for name, x := range w {
-				held[name] = slices.Clone(x)
-				if _, _, mod := m.slot(name); mod >= 0 {
-					out, in := moduleShape(m.cfg, mod)
-					held[name] = transposeOf(x, out, in)
-				}
-			}
+			held := storeLayout(m)
 			owner := new(int)
 			ms, err := FromStorage(m.Config(), "", held, owner)
 			if err != nil {
@@ -272,4 +258,18 @@ func TestFromStorage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeLayout is a copy of m's weights in a GoMLX store's layout: every projection as its
+// transpose [in, out], the rest as they are.
+func storeLayout(m *Model) map[string][]float32 {
+	w := map[string][]float32{}
+	for name, x := range m.Weights() {
+		w[name] = slices.Clone(x)
+		if _, _, mod := m.slot(name); mod >= 0 {
+			out, in := moduleShape(m.cfg, mod)
+			w[name] = transposeOf(x, out, in)
+		}
+	}
+	return w
 }
