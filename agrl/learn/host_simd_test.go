@@ -320,12 +320,14 @@ func TestNarrowColumnsMatchPanels(t *testing.T) {
 	saved := useAVX2
 	defer func() { useAVX2 = saved }()
 	useAVX2 = true
-	narrowMatchPadded(t, rand.New(rand.NewPCG(6, 18)), 6, []int{0}, 8)
+	narrowMatchPadded(t, rand.New(rand.NewPCG(6, 18)), 6, []int{0}, 8, 16)
 }
 
 // TestNarrowColumnsMatchPanelsAVX512 checks the AVX-512 path's narrow columns (kernel4xw and
 // kernel1x16's masked rows: widths 1–15, alone and past a 32-wide block) the same way, on
-// nine rows (two 4-row blocks and a single row), with and without the assembly kernel.
+// nine rows (two 4-row blocks and a single row), with and without the assembly kernel; and
+// widths 1–31 against their padding to a whole 32-wide block, which agrl/llm's backward pass
+// relies on (paddedWidth).
 func TestNarrowColumnsMatchPanelsAVX512(t *testing.T) {
 	if !hasAVX512 {
 		t.Skip("needs a CPU with AVX-512")
@@ -336,20 +338,21 @@ func TestNarrowColumnsMatchPanelsAVX512(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 19))
 	for _, asm := range []bool{true, false} {
 		useAsm = asm
-		narrowMatchPadded(t, rng, 9, []int{0, 32}, 15)
+		narrowMatchPadded(t, rng, 9, []int{0, 32}, 15, 16)
+		narrowMatchPadded(t, rng, 9, []int{0, 32}, 31, 32) // llm's paddedWidth: zero columns up to a 32-wide block
 	}
 }
 
 // narrowMatchPadded runs gemmK on m rows and wide+w columns, for every w in 1…maxW and wide
-// in wides, against the same product with its last block padded with zeros to 16 columns,
+// in wides, against the same product with its last block padded with zeros to block columns,
 // and requires the same bits: A in both layouts, C added to and stored, contractions of 1, 7
 // and 300 (past kBlock).
-func narrowMatchPadded(t *testing.T, rng *rand.Rand, m int, wides []int, maxW int) {
+func narrowMatchPadded(t *testing.T, rng *rand.Rand, m int, wides []int, maxW, block int) {
 	t.Helper()
 	for _, kk := range []int{1, 7, 300} {
 		for _, wide := range wides {
 			for w := 1; w <= maxW; w++ {
-				n, np := wide+w, wide+16
+				n, np := wide+w, wide+block
 				a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*n), randNormals(rng, m*n)
 				bp, cp := make([]float32, kk*np), make([]float32, m*np)
 				for k := range kk {

@@ -441,9 +441,11 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 	if w != nil { // dx += dy·W, W [out, in]
 		mul(rows, in, out, dy, out, 1, w, in, dx, in, true)
 	} else { // dx += dy·tᵀ, t [in, out]: as (t·dyᵀ)ᵀ, each operand read by rows (the transposes cost rows·(in+out))
-		dxT := make([]float32, in*rows)
-		mul(in, rows, out, m.layers[l].t[mod], out, 1, transposeF(dy, rows, out), rows, dxT, rows, false)
-		addTransposed(dx, dxT, in, rows)
+		rp := paddedWidth(rows)
+		dyT, dxT := make([]float32, out*rp), make([]float32, in*rp)
+		transposeInto(dyT, rp, dy, rows, out, out)
+		mul(in, rp, out, m.layers[l].t[mod], out, 1, dyT, rp, dxT, rp, false)
+		addTransposed(dx, dxT, in, rows, rp)
 	}
 	if gw != nil {
 		gw.weightGrad(l, mod, dy, x, rows, in, out)
@@ -597,13 +599,26 @@ func rmsNormBack(dx, x, w, dy []float32, n int, eps float64) {
 	})
 }
 
-// addTransposed adds to dst ([c, r] row-major) the transpose of src ([r, c]), in 16×16 tiles.
-func addTransposed(dst, src []float32, r, c int) {
+// paddedWidth is the column count a product of n columns is given when its operands are
+// laid out for it anyway: n rounded up to a multiple of 32 where that adds at most 8 columns
+// (zeros), so that its last columns fill the host kernels' widest blocks rather than
+// narrower, slower ones (a 255-position sequence's last 31 columns); else n. Each real
+// column is the same chain of multiply-adds either way, so the bits do not change.
+func paddedWidth(n int) int {
+	if r := n % 32; r >= 24 {
+		return n + 32 - r
+	}
+	return n
+}
+
+// addTransposed adds to dst ([c, r] row-major) the transpose of src ([r, c], row i at
+// src[i·lds]), in 16×16 tiles.
+func addTransposed(dst, src []float32, r, c, lds int) {
 	const tile = 16
 	for i0 := 0; i0 < r; i0 += tile {
 		for j0 := 0; j0 < c; j0 += tile {
 			for i := i0; i < min(r, i0+tile); i++ {
-				row := src[i*c : (i+1)*c]
+				row := src[i*lds : i*lds+c]
 				for j := j0; j < min(c, j0+tile); j++ {
 					dst[j*r+i] += row[j]
 				}
@@ -616,21 +631,27 @@ func addTransposed(dst, src []float32, r, c int) {
 func transposeF(x []float32, r, c int) []float32 { return transposeStrided(x, r, c, c) }
 
 // transposeStrided returns the [c, r] transpose of the r×c matrix whose row i starts at
-// x[i·ld], in 16×16 tiles.
+// x[i·ld].
 func transposeStrided(x []float32, r, c, ld int) []float32 {
 	t := make([]float32, r*c)
+	transposeInto(t, r, x, r, c, ld)
+	return t
+}
+
+// transposeInto writes into t (row j at t[j·ldt]) the [c, r] transpose of the r×c matrix
+// whose row i starts at x[i·ld], in 16×16 tiles; t's columns past r are left as they are.
+func transposeInto(t []float32, ldt int, x []float32, r, c, ld int) {
 	const tile = 16
 	for i0 := 0; i0 < r; i0 += tile {
 		for j0 := 0; j0 < c; j0 += tile {
 			for i := i0; i < min(r, i0+tile); i++ {
 				row := x[i*ld : i*ld+c]
 				for j := j0; j < min(c, j0+tile); j++ {
-					t[j*r+i] = row[j]
+					t[j*ldt+i] = row[j]
 				}
 			}
 		}
 	}
-	return t
 }
 
 // NewGradients returns zero adapters shaped as a (its configuration, layers and matrices): the
