@@ -16,8 +16,9 @@ func BenchmarkGemm(b *testing.B) {
 		{"qkv", 1280, 384, 128, false}, {"fc1", 1280, 512, 128, false}, {"fc2", 1280, 128, 512, false},
 		{"dW_fc1", 128, 512, 1280, true}, {"dW_qkv", 128, 384, 1280, true}, {"scores", 40, 40, 32, false},
 		// a pretrained projection's input gradient over a 256-token sequence's 255 positions
-		// (SmolLM2-135M: (t·dyᵀ)ᵀ, trace.go's projBack): 15 columns past the last 32-wide block
-		{"dx_255", 576, 255, 576, false},
+		// (SmolLM2-135M: (t·dyᵀ)ᵀ, trace.go's projBack): 31 columns past the last 32-wide
+		// block; and padded to 256 with a zero column, as projBack now gives it (paddedWidth)
+		{"dx_255", 576, 255, 576, false}, {"dx_256", 576, 256, 576, false},
 	} {
 		b.Run(fmt.Sprintf("%s_%dx%dx%d", sh.name, sh.m, sh.n, sh.kk), func(b *testing.B) {
 			a, bb, c := make([]float32, sh.m*sh.kk), make([]float32, sh.kk*sh.n), make([]float32, sh.m*sh.n)
