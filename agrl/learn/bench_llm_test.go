@@ -36,8 +36,9 @@ import (
 //     there (train_on_host, pretrained_host.go), and then graph_train, the same step through
 //     the GoMLX graphs (the faster of two after one that compiles them). With
 //     AGRL_BENCH_FULL=1 the step is full fine-tuning's instead (every weight trained,
-//     agrl.PretrainedLM.Full), and sync_s is the time the sampler's copy of the new weights
-//     takes to make after a step (the median of the same 3 steps);
+//     agrl.PretrainedLM.Full), and sync_s is the time the sampler takes to follow the new
+//     weights after a step (the median of the same 3 steps): on the go backend, checking that
+//     it still reads the store in place (syncLive); elsewhere, making its copy of them;
 //   - graph_prefill, graph_decode, graph_decode_batch8: prefill, decode and decode_batch8
 //     again through the model's decoding graph on the backend (hfgraph.Model.Decode, the KV
 //     caches backend tensors; each shape run once untimed first, which compiles it), when the
@@ -137,7 +138,7 @@ func TestLLMThroughput(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := p.Agent(); err != nil { // the sampler's copy of the new weights
+		if _, err := p.current(); err != nil { // the sampler following the new weights
 			t.Fatal(err)
 		}
 		if i > 0 {
