@@ -668,6 +668,10 @@ func (p *PretrainedPolicy) current() (*agent.Policy, error) {
 // Rollout plays one episode per task in the model's chat format with the current adapters
 // (see agent.Policy.Rollout). opt.MaxTokens 0 means the model's context.
 //
+// Under full fine-tuning on the go backend it reads the store's weights in place, as Score
+// does: call them between training steps, as the GRPO trainer does, not during one (a
+// snapshot from Agent can run alongside training).
+//
 // Decoding on the backend (GraphDecoding), it reads the store's weights directly: no copy of
 // the adapters or weights to the host is made.
 func (p *PretrainedPolicy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOptions) ([]*agrl.Episode, agrl.RolloutStats, error) {
