@@ -386,6 +386,20 @@ func (p *PretrainedPolicy) shareWeights(g *hfgraph.Model, m *llm.Model) error {
 	if !p.backend.HasSharedBuffers() {
 		return nil
 	}
+	return p.eachSharedBase(g, func(name string, data []float32, t *tensors.Tensor) error {
+		if data == nil { // bfloat16 storage is not the sampler's float32
+			return nil
+		}
+		return m.Share(name, data, strings.HasSuffix(name, "_proj.weight"), t)
+	})
+}
+
+// eachSharedBase calls f on each base variable of g, by its checkpoint name, after moving its
+// value into a buffer the backend shares with the host (if it is not in one already; the
+// backend must have shared buffers): data is that buffer's memory where it holds float32
+// (nil for another dtype), t the tensor that owns it.
+func (p *PretrainedPolicy) eachSharedBase(g *hfgraph.Model, f func(name string, data []float32, t *tensors.Tensor) error) error {
+	prefix := g.Scope() + "/base/"
 	for _, v := range g.BaseVariables() {
 		t, err := v.Value()
 		if err != nil {
@@ -394,17 +408,12 @@ func (p *PretrainedPolicy) shareWeights(g *hfgraph.Model, m *llm.Model) error {
 		if err := t.MaterializeOnDevice(p.backend, true, 0); err != nil {
 			return fmt.Errorf("%s: %w", v.Path(), err)
 		}
-		name := strings.TrimPrefix(v.Path(), g.Scope()+"/base/")
-		var shareErr error
-		if err := t.ConstFlatData(func(flat any) {
-			if data, ok := flat.([]float32); ok { // bfloat16 storage is not the sampler's float32
-				shareErr = m.Share(name, data, strings.HasSuffix(name, "_proj.weight"), t)
-			}
-		}); err != nil {
+		var data []float32
+		if err := t.ConstFlatData(func(flat any) { data, _ = flat.([]float32) }); err != nil {
 			return fmt.Errorf("%s: %w", v.Path(), err)
 		}
-		if shareErr != nil {
-			return shareErr
+		if err := f(strings.TrimPrefix(v.Path(), prefix), data, t); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -548,13 +557,7 @@ func (p *PretrainedPolicy) syncHost() error {
 		return p.syncLive()
 	}
 	if p.full {
-		// The store's layout as it is: the sampler multiplies by the [in, out] projections
-		// directly (one copy, no transposes; the same bits as the [out, in] weights).
-		w, err := p.graph.StoredBaseWeights()
-		if err != nil {
-			return err
-		}
-		m, err := llm.FromWeightsTransposed(p.cfg, p.spec.Dir, w)
+		m, err := p.storeCopy()
 		if err != nil {
 			return err
 		}
@@ -590,34 +593,24 @@ func (p *PretrainedPolicy) sharesStore() bool {
 // the tensors reachable, so their memory outlives a replaced value until the model is
 // dropped; cur is only read after a syncHost, so never after such a change without one.
 func (p *PretrainedPolicy) syncLive() error {
-	prefix := p.graph.Scope() + "/base/"
-	vars := p.graph.BaseVariables()
-	w := make(map[string][]float32, len(vars))
-	owners := make([]*tensors.Tensor, 0, len(vars))
-	same := len(p.live) == len(vars)
-	for _, v := range vars {
-		t, err := v.Value()
-		if err != nil {
-			return err
-		}
-		if err := t.MaterializeOnDevice(p.backend, true, 0); err != nil {
-			return fmt.Errorf("agrl: %s: %w", v.Path(), err)
-		}
-		var data []float32
-		if err := t.ConstFlatData(func(flat any) { data, _ = flat.([]float32) }); err != nil {
-			return fmt.Errorf("agrl: %s: %w", v.Path(), err)
-		}
+	w := make(map[string][]float32, len(p.live))
+	var owners []*tensors.Tensor
+	same := true
+	err := p.eachSharedBase(p.graph, func(name string, data []float32, t *tensors.Tensor) error {
 		if len(data) != t.Shape().Size() {
-			return fmt.Errorf("agrl: %s: no float32 values to sample with (%s)", v.Path(), t.Shape())
+			return fmt.Errorf("agrl: %s: no float32 values to sample with (%s)", name, t.Shape())
 		}
-		name := strings.TrimPrefix(v.Path(), prefix)
 		if old := p.live[name]; len(old) != len(data) || unsafe.SliceData(old) != unsafe.SliceData(data) {
 			same = false
 		}
 		w[name] = data
 		owners = append(owners, t)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("agrl: %w", err)
 	}
-	if same {
+	if same && len(w) == len(p.live) {
 		p.stale = false
 		return nil
 	}
@@ -643,6 +636,13 @@ func (p *PretrainedPolicy) ownModel() (*llm.Model, error) {
 	if p.live == nil {
 		return p.cur.Model(), nil
 	}
+	return p.storeCopy()
+}
+
+// storeCopy is a host model of a copy of the store's current base weights, in the store's
+// layout as it is: the sampler multiplies by the [in, out] projections directly (one copy,
+// no transposes; the same bits as the [out, in] weights).
+func (p *PretrainedPolicy) storeCopy() (*llm.Model, error) {
 	w, err := p.graph.StoredBaseWeights()
 	if err != nil {
 		return nil, err

@@ -303,9 +303,9 @@ var headKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // embeddings w [vocab, hidden]), in place of SetLinear's kernel: f reads w as it is and keeps
 // no copy of it (the head is the model's largest matrix: a transposed copy for SetLinear's
 // kernels was 0.62 GB at the Qwen3-0.6B shape). Each row of the result must depend on its own
-// row of x only, computed the same way whatever the other rows. nil restores product (SetProduct's
-// kernel, or the portable loop), which keeps no copy either. agrl/learn installs its vector
-// kernel with it; set it before any forward pass runs.
+// row of x only, computed the same way whatever the other rows. nil restores product
+// (SetProduct's kernel, or the portable loop), which keeps no copy either. agrl/learn
+// installs its vector kernel with it; set it before any forward pass runs.
 func SetHead(f func(x []float32, rows, in int, w []float32, out int) []float32) { headKernel = f }
 
 // headProduct is the LM head's x·wᵀ: SetHead's kernel, or product (never a kept copy).
@@ -357,9 +357,10 @@ var linearTKernel func(x []float32, rows, in int, wt []float32, out int) []float
 // SetLinearT installs the kernel for the products by projections a model holds transposed
 // (Model.Share): f(x, rows, in, wt, out) returns x·wt, [rows, out], for x [rows, in] and wt
 // [in, out], which it never modifies and keeps nothing of (a model made by FromStorage reads
-// projections whose holder updates them between passes). It must give, bit for bit, what SetLinear's kernel gives for the
-// [out, in] weight wt transposes, so that sharing a weight never changes a logit; and, like
-// it, compute each row of its result from its own row of x alone. nil restores the portable
+// projections whose holder updates them between passes). It must give, bit for bit, what
+// SetLinear's kernel gives for the [out, in] weight wt transposes, so that sharing a weight
+// never changes a logit; and, like it, compute each row of its result from its own row of x
+// alone. nil restores the portable
 // loop, which sums in the order of SetLinear's. Set it before any forward pass runs.
 func SetLinearT(f func(x []float32, rows, in int, wt []float32, out int) []float32) {
 	linearTKernel = f

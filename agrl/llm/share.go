@@ -76,8 +76,8 @@ func (m *Model) Share(name string, data []float32, transposed bool, owner any) e
 // model reads the slices themselves and keeps nothing it derives from them (it multiplies by
 // the [in, out] projections as they are, with SetLinearT's kernel, which keeps nothing of
 // them, and reads the embeddings, the norms and the head in place; only SetLinear's kernel
-// may keep copies, of [out, in] weights, which this model has none of), so that what the holder writes into them between two forward passes is the next
-// pass's model. Writing
+// may keep copies, of [out, in] weights, which this model has none of), so that what the
+// holder writes into them between two forward passes is the next pass's model. Writing
 // during a pass is a data race, as for any shared memory. owner, if not nil, is kept
 // reachable as long as the model is, for memory that a finalizer of owner's would free.
 // Every tensor is Shared; Weights and Save copy them, as for Share.
