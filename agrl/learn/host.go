@@ -44,26 +44,6 @@ type hostLayer struct {
 	fc2, fc2T              []float32 // [m, d], [d, m]
 }
 
-// transpose returns the [c, r] transpose of the row-major [r, c] matrix x, in 16×16 tiles: a
-// tile reads 16 cache lines of x and writes 16 of t, so both stay in the L1 cache (the plain
-// loop wrote every element to another line of t: 3.6 ns an element on the Zen 5 kind).
-func transpose(x []float32, r, c int) []float32 {
-	const tile = 16
-	t := make([]float32, r*c)
-	for i0 := 0; i0 < r; i0 += tile {
-		i1 := min(i0+tile, r)
-		for j0 := 0; j0 < c; j0 += tile {
-			j1 := min(j0+tile, c)
-			for i := i0; i < i1; i++ {
-				for j, v := range x[i*c+j0 : i*c+j1] {
-					t[(j0+j)*r+i] = v
-				}
-			}
-		}
-	}
-	return t
-}
-
 // hostWeightsOf copies the policy's weights out of its store (the caller holds p.mu).
 func (p *Policy) hostWeightsOf() (*hostWeights, error) {
 	c := p.arch

@@ -29,8 +29,14 @@ func init() {
 		llm.SetAttention(hostAttend)
 		llm.SetHead(headNT)
 		llm.SetMul(hostMul)
+		llm.SetTranspose(hostTranspose)
 		llm.SetExpSum(expSum)
 	}
+}
+
+// hostTranspose is llm.SetTranspose's kernel: transposeBlock over the cores.
+func hostTranspose(dst []float32, ldd int, src []float32, r, c, lds int, add bool) {
+	transposeWorkers(runtime.GOMAXPROCS(0), dst, ldd, src, r, c, lds, add)
 }
 
 // hostMul is llm.SetMul's kernel (the LoRA backward pass, pretrained_host.go): C (+)= op(A)·B

@@ -118,16 +118,7 @@ func diffTransposed(w, wt []float32, out, in int) int {
 // transposeOf returns the [cols, rows] transpose of the row-major [rows, cols] matrix a.
 func transposeOf(a []float32, rows, cols int) []float32 {
 	t := make([]float32, len(a))
-	const b = 16
-	for r0 := 0; r0 < rows; r0 += b {
-		for c0 := 0; c0 < cols; c0 += b {
-			for r := r0; r < min(rows, r0+b); r++ {
-				for c := c0; c < min(cols, c0+b); c++ {
-					t[c*rows+r] = a[r*cols+c]
-				}
-			}
-		}
-	}
+	transposeInto(t, rows, a, rows, cols, cols)
 	return t
 }
 

@@ -447,7 +447,7 @@ func (m *Model) createTransposed(path string, w []float32, rows, cols int) error
 		t.MustMutableFlatData(func(flat any) {
 			switch flat := flat.(type) {
 			case []float32:
-				transposeInto(flat, w, rows, cols)
+				llm.TransposeTiles(flat, rows, w, rows, cols, cols, false)
 			case []bfloat16.BFloat16:
 				for r := range rows {
 					for c := range cols {
@@ -466,17 +466,8 @@ func isProjection(name string) bool { return strings.HasSuffix(name, "_proj.weig
 // transpose returns the [cols, rows] transpose of the row-major [rows, cols] matrix w.
 func transpose(w []float32, rows, cols int) []float32 {
 	t := make([]float32, len(w))
-	transposeInto(t, w, rows, cols)
+	llm.TransposeTiles(t, rows, w, rows, cols, cols, false)
 	return t
-}
-
-// transposeInto writes the [cols, rows] transpose of the row-major [rows, cols] matrix w into t.
-func transposeInto(t, w []float32, rows, cols int) {
-	for r := range rows {
-		for c := range cols {
-			t[c*rows+r] = w[r*cols+c]
-		}
-	}
 }
 
 // cleanScope turns a scope into an absolute path without a trailing slash.
