@@ -19,6 +19,10 @@ func BenchmarkGemm(b *testing.B) {
 		// (SmolLM2-135M: (t·dyᵀ)ᵀ, trace.go's projBack): 31 columns past the last 32-wide
 		// block; and padded to 256 with a zero column, as projBack now gives it (paddedWidth)
 		{"dx_255", 576, 255, 576, false}, {"dx_256", 576, 256, 576, false},
+		// the SmolLM2-135M MLP over 256 positions: gate (or up) forward, x·t with t [576, 1536];
+		// down forward, [1536, 576]; gate's input gradient, t·dyᵀ with dyᵀ [1536, 256]: B
+		// larger than a core's L2 cache
+		{"gate_fwd", 256, 1536, 576, false}, {"down_fwd", 256, 576, 1536, false}, {"gate_dx", 576, 256, 1536, false},
 	} {
 		b.Run(fmt.Sprintf("%s_%dx%dx%d", sh.name, sh.m, sh.n, sh.kk), func(b *testing.B) {
 			a, bb, c := make([]float32, sh.m*sh.kk), make([]float32, sh.kk*sh.n), make([]float32, sh.m*sh.n)
