@@ -391,13 +391,6 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 	}
 	tr.last, tr.hidden = nil, nil
 	h := make([]float32, T*H)
-	// One set of working buffers for every layer (fresh ones a layer were most of a step's
-	// allocations, and fresh pages cost a page fault each); those the pass adds into are
-	// cleared before each use.
-	dAct, dh1, dh2 := make([]float32, T*I), make([]float32, T*H), make([]float32, T*H)
-	dAtt, dq := make([]float32, T*nq*D), make([]float32, T*nq*D)
-	dk, dv := make([]float32, T*nkv*D), make([]float32, T*nkv*D)
-	var dqr, dkr []float32 // Qwen3's: the gradients before the q and k norms
 	for l := len(tr.layers) - 1; l >= 0; l-- {
 		ly, tl := &m.layers[l], &tr.layers[l]
 		if tl.mid == nil { // checkpointed: this layer's forward pass again, from its input
@@ -406,7 +399,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 
 		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
 		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
-		clear(dAct)
+		dAct := make([]float32, T*I)
 		tr.projBack(ga, gw, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
 		tl.act = nil
 		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
@@ -417,7 +410,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 				tl.up[i] = da * g * s
 			}
 		})
-		clear(dh2)
+		dh2 := make([]float32, T*H)
 		tr.projBack(ga, gw, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
 		tr.projBack(ga, gw, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
 		tl.gate, tl.up = nil, nil
@@ -428,30 +421,25 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 
 		// Attention half: mid = x + o(attend(rope(q), rope(k), v)) over h = norm(x).
 		rmsNorm(h, tl.x, ly.inputNorm, H, eps)
-		clear(dAtt)
+		dAtt := make([]float32, T*nq*D)
 		tr.projBack(ga, gw, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
-		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D) // sets dq, dk, dv
-		dqIn, dkIn := dq, dk                                                  // the projections' output gradients
+		dq, dk, dv := make([]float32, T*nq*D), make([]float32, T*nkv*D), make([]float32, T*nkv*D)
+		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
 		rope(dq, T, nq, D, tr.cos, negSin)
 		rope(dk, T, nkv, D, tr.cos, negSin)
 		if ly.qNorm != nil {
-			if dqr == nil {
-				dqr, dkr = make([]float32, len(dq)), make([]float32, len(dk))
-			} else {
-				clear(dqr)
-				clear(dkr)
-			}
+			dqr, dkr := make([]float32, len(dq)), make([]float32, len(dk))
 			rmsNormBack(dqr, tl.qRaw, ly.qNorm, dq, D, eps)
 			rmsNormBack(dkr, tl.kRaw, ly.kNorm, dk, D, eps)
 			if gw != nil {
 				normGainGrad(gw.g.layers[l].qNorm, tl.qRaw, dq, D, eps)
 				normGainGrad(gw.g.layers[l].kNorm, tl.kRaw, dk, D, eps)
 			}
-			dqIn, dkIn = dqr, dkr
+			dq, dk = dqr, dkr
 		}
-		clear(dh1)
-		tr.projBack(ga, gw, tl, l, qProj, dqIn, h, T, H, ly.wq, nq*D, dh1)
-		tr.projBack(ga, gw, tl, l, kProj, dkIn, h, T, H, ly.wk, nkv*D, dh1)
+		dh1 := make([]float32, T*H)
+		tr.projBack(ga, gw, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
+		tr.projBack(ga, gw, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
 		tr.projBack(ga, gw, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
 		rmsNormBack(dx, tl.x, ly.inputNorm, dh1, H, eps)
 		if gw != nil {
