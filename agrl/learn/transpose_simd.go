@@ -11,7 +11,7 @@ import "agrl.dev/agrl/llm"
 func transpose16AVX512(src *float32, lds int, dst *float32, ldd int, add bool)
 
 // transposeBlock writes (add: adds) into dst the transpose of the r×c matrix at src, as
-// transposeScalar says: on AVX-512 CPUs its whole 16×16 tiles go through transpose16AVX512
+// llm.TransposeTiles says: on AVX-512 CPUs its whole 16×16 tiles go through transpose16AVX512
 // (16 row loads, 64 shuffles in registers, 16 row stores), the edges through the loop.
 func transposeBlock(dst []float32, ldd int, src []float32, r, c, lds int, add bool) {
 	r16, c16 := r&^15, c&^15
