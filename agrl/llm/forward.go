@@ -360,8 +360,8 @@ var linearTKernel func(x []float32, rows, in int, wt []float32, out int) []float
 // projections whose holder updates them between passes). It must give, bit for bit, what
 // SetLinear's kernel gives for the [out, in] weight wt transposes, so that sharing a weight
 // never changes a logit; and, like it, compute each row of its result from its own row of x
-// alone. nil restores the portable
-// loop, which sums in the order of SetLinear's. Set it before any forward pass runs.
+// alone. nil restores the portable loop, which sums in the order of SetLinear's. Set it
+// before any forward pass runs.
 func SetLinearT(f func(x []float32, rows, in int, wt []float32, out int) []float32) {
 	linearTKernel = f
 }

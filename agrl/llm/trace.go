@@ -641,14 +641,8 @@ func paddedWidth(n int) int {
 }
 
 // addTransposed adds to dst ([c, r] row-major) the transpose of src ([r, c], row i at
-// src[i·lds]): SetTranspose's kernel, or TransposeTiles.
-func addTransposed(dst, src []float32, r, c, lds int) {
-	if transposeKernel != nil {
-		transposeKernel(dst, r, src, r, c, lds, true)
-		return
-	}
-	TransposeTiles(dst, r, src, r, c, lds, true)
-}
+// src[i·lds]).
+func addTransposed(dst, src []float32, r, c, lds int) { transposeAny(dst, r, src, r, c, lds, true) }
 
 // transposeF returns the [c, r] transpose of the row-major [r, c] matrix x.
 func transposeF(x []float32, r, c int) []float32 { return transposeStrided(x, r, c, c) }
@@ -662,14 +656,18 @@ func transposeStrided(x []float32, r, c, ld int) []float32 {
 }
 
 // transposeInto writes into t (row j at t[j·ldt]) the [c, r] transpose of the r×c matrix
-// whose row i starts at x[i·ld]: SetTranspose's kernel, or TransposeTiles; t's columns past r
-// are left as they are.
+// whose row i starts at x[i·ld]; t's columns past r are left as they are.
 func transposeInto(t []float32, ldt int, x []float32, r, c, ld int) {
+	transposeAny(t, ldt, x, r, c, ld, false)
+}
+
+// transposeAny is TransposeTiles through SetTranspose's kernel where one is installed.
+func transposeAny(dst []float32, ldd int, src []float32, r, c, lds int, add bool) {
 	if transposeKernel != nil {
-		transposeKernel(t, ldt, x, r, c, ld, false)
+		transposeKernel(dst, ldd, src, r, c, lds, add)
 		return
 	}
-	TransposeTiles(t, ldt, x, r, c, ld, false)
+	TransposeTiles(dst, ldd, src, r, c, lds, add)
 }
 
 // TransposeTiles is the portable transpose, the one SetTranspose's kernels must match: it
