@@ -15,7 +15,7 @@ with random weights, timed the same way; prints one JSON line with the same keys
            after a warm-up call
   train    tokens/s of one LoRA optimizer step (rank 16, alpha 32, every projection, frozen
            base) on 4 sequences of 256 tokens: forward, log-softmax of the targets, a
-           policy-gradient loss, backward, AdamW — the median of 3 steps after a warm-up step;
+           policy-gradient loss, backward, AdamW — the median of 5 steps after a warm-up step;
            with "full", every weight is trained instead (embeddings, projections, biases,
            norms), as agrl's TestLLMThroughput does with AGRL_BENCH_FULL=1
 
@@ -200,7 +200,7 @@ def main():
     opt = torch.optim.AdamW(params, lr=1e-5)
     adv = torch.randn(BATCH, SEQ - 1, generator=g)
     secs = []
-    for i in range(4):
+    for i in range(6):
         t = time.perf_counter()
         logits = m.forward(batch[:, :-1])
         logp = torch.log_softmax(logits, -1).gather(-1, batch[:, 1:, None]).squeeze(-1)

@@ -26,10 +26,15 @@ import "runtime"
 // over the cores.
 func headNT(x []float32, rows, in int, w []float32, out int) []float32 {
 	y := make([]float32, rows*out)
+	headNTInto(y, x, rows, in, w, out)
+	return y
+}
+
+// headNTInto is headNT into y ([rows, out], every element written).
+func headNTInto(y, x []float32, rows, in int, w []float32, out int) {
 	chunked(runtime.GOMAXPROCS(0), out, 4, 256, func(lo, hi int) {
 		dotRows(x, rows, in, w[lo*in:hi*in], hi-lo, y[lo:], out)
 	})
-	return y
 }
 
 // dotFinish is the end of a logit's sum (see above) from u[l] = t[l] + t[l+4] and the

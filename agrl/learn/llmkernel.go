@@ -22,9 +22,7 @@ import (
 func init() {
 	if hostKernels {
 		llm.SetLinear(hostLinear)
-		llm.SetLinearT(func(x []float32, rows, in int, wt []float32, out int) []float32 {
-			return productT(x, rows, in, wt, out)
-		})
+		llm.SetLinearT(productTInto)
 		llm.SetProduct(hostProduct)
 		llm.SetAttention(hostAttend)
 		llm.SetHead(headNT)
@@ -78,15 +76,25 @@ func hostLinear(x []float32, rows, in int, w []float32, out int) []float32 {
 }
 
 // hostProduct is llm.SetProduct's kernel: hostLinear for a w that may change (a LoRA
-// adapter's), transposed afresh at every call and kept nowhere.
-func hostProduct(x []float32, rows, in int, w []float32, out int) []float32 {
-	return productT(x, rows, in, transpose(w, out, in), out)
+// adapter's), transposed afresh at every call (into a buffer of llm.Floats' pool) and kept
+// nowhere.
+func hostProduct(y, x []float32, rows, in int, w []float32, out int) {
+	wt := llm.Floats(out * in)
+	transposeBlock(wt, out, w, out, in, in, false)
+	productTInto(y, x, rows, in, wt, out)
+	llm.PutFloats(wt)
 }
 
 // productT is x [rows, in] times wt [in, out], over the cores: by rows for many rows, by
 // outputs for a few (each element one chain of multiply-adds either way).
 func productT(x []float32, rows, in int, wt []float32, out int) []float32 {
 	y := make([]float32, rows*out)
+	productTInto(y, x, rows, in, wt, out)
+	return y
+}
+
+// productTInto is productT into y (llm.SetLinearT's kernel), every element written.
+func productTInto(y, x []float32, rows, in int, wt []float32, out int) {
 	workers := runtime.GOMAXPROCS(0)
 	if rows >= 8*workers {
 		gemmRowsSet(workers, rows, out, in, x, in, 1, wt, out, y, out)
@@ -95,7 +103,6 @@ func productT(x []float32, rows, in int, wt []float32, out int) []float32 {
 			gemmSet(rows, hi-lo, in, x, in, 1, wt[lo:], out, y[lo:], out)
 		})
 	}
-	return y
 }
 
 // hostAttend is llm.SetAttention's kernel: causal grouped-query attention as matrix products

@@ -1208,6 +1208,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		if p.full {
 			sumsOnHost.weights = hostModel.NewWeightGrads(true)
+			defer sumsOnHost.weights.Release() // the next step's, from the pool: nothing keeps them past this step
 		} else {
 			sumsOnHost.adapters = p.host.NewGradients()
 		}

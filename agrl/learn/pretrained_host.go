@@ -161,15 +161,19 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 		stats[k] = make([]float32, rows*np)
 	}
 	traces := make([]*llm.Trace, len(seqs))
-	// probs holds a block's probabilities (then the logits' gradient), block after block.
-	probs := make([]float32, min(headBlock, width)*V)
+	// probs holds a block's probabilities (then the logits' gradient), logits its logits
+	// (then log-probs), block after block; they, the log-probs kept and the hidden states'
+	// gradients come from the traces' pool (llm.Floats) and go back to it.
+	probs, logits := llm.Floats(min(headBlock, width)*V), llm.Floats(min(headBlock, width)*V)
+	defer llm.PutFloats(probs, logits)
 	// block runs rows r0 … r1-1 of sequence i's hidden states through the head: their
 	// log-probs (in place of the logits, [rows, V]), probabilities (in probs) and entropies.
 	// The head goes headBlock positions at a time, so that its vocabulary-wide rows take
 	// bounded memory.
 	block := func(i, r0, r1 int, ent []float32) (lp, pr []float32) {
 		n := r1 - r0
-		lp = headNT(traces[i].Hidden()[r0*H:r1*H], n, H, head, V)
+		lp = logits[:n*V]
+		headNTInto(lp, traces[i].Hidden()[r0*H:r1*H], n, H, head, V)
 		pr = probs[:n*V]
 		rowsDo(nw, n, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -191,7 +195,7 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 		n := tr.Len()
 		ents[i] = make([]float32, n)
 		if kept += 4 * float64(n*V); kept <= hostKeepBytes {
-			lps[i] = make([]float32, n*V)
+			lps[i] = llm.Floats(n * V) // written whole below
 		}
 		for r0 := 0; r0 < n; r0 += headBlock {
 			r1 := min(n, r0+headBlock)
@@ -219,7 +223,8 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 	for i, s := range seqs {
 		tr := traces[i]
 		n := tr.Len()
-		dh := make([]float32, n*H)
+		dh := llm.Floats(n * H)
+		clear(dh)
 		for r0 := 0; r0 < n; r0 += headBlock {
 			r1 := min(n, r0+headBlock)
 			var lp, pr []float32
@@ -248,10 +253,12 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 				hostMul(V, H, r1-r0, dz, 1, V, tr.Hidden()[r0*H:r1*H], H, g.weights.Head(), H, true)
 			}
 		}
+		llm.PutFloats(lps[i])
 		lps[i] = nil
 		if err := g.backward(tr, dh); err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
+		llm.PutFloats(dh)
 		traces[i] = nil
 	}
 	return loss, metrics, nil

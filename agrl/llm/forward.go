@@ -317,21 +317,24 @@ func headProduct(x []float32, rows, in int, w []float32, out int) []float32 {
 }
 
 // productKernel, when set by SetProduct, computes the products of weights that change.
-var productKernel func(x []float32, rows, in int, w []float32, out int) []float32
+var productKernel func(y, x []float32, rows, in int, w []float32, out int)
 
 // SetProduct installs f for the products whose weights may change between calls (LoRA
-// adapters, which a trainer updates in place): f(x, rows, in, w, out) returns x·wᵀ as
-// SetLinear's kernels do, but must keep nothing of w. Each row of the result must depend on
+// adapters, which a trainer updates in place): f(y, x, rows, in, w, out) writes x·wᵀ into y
+// ([rows, out], every element; its contents before are arbitrary) as SetLinear's kernels
+// compute it, but must keep nothing of w. Each row of the result must depend on
 // its own row of x only (NextBatch relies on it). nil restores the portable loop. Set it
 // before any forward pass runs.
-func SetProduct(f func(x []float32, rows, in int, w []float32, out int) []float32) { productKernel = f }
+func SetProduct(f func(y, x []float32, rows, in int, w []float32, out int)) { productKernel = f }
 
 // product is x·wᵀ for a w that may change: the installed SetProduct kernel, or the loop.
 func product(x []float32, rows, in int, w []float32, out int) []float32 {
 	if productKernel == nil {
 		return linearLoop(x, rows, in, w, out, nil)
 	}
-	return productKernel(x, rows, in, w, out)
+	y := floats(rows * out)
+	productKernel(y, x, rows, in, w, out)
+	return y
 }
 
 // linear returns x·wᵀ + b for rows rows of in values: w is [out, in] (a checkpoint's Linear
@@ -352,17 +355,18 @@ func linear(x []float32, rows, in int, w []float32, out int, b []float32) []floa
 }
 
 // linearTKernel, when set by SetLinearT, computes linearT's products.
-var linearTKernel func(x []float32, rows, in int, wt []float32, out int) []float32
+var linearTKernel func(y, x []float32, rows, in int, wt []float32, out int)
 
 // SetLinearT installs the kernel for the products by projections a model holds transposed
-// (Model.Share): f(x, rows, in, wt, out) returns x·wt, [rows, out], for x [rows, in] and wt
-// [in, out], which it never modifies and keeps nothing of (a model made by FromStorage reads
+// (Model.Share): f(y, x, rows, in, wt, out) writes x·wt into y, [rows, out] (every element;
+// y's contents before are arbitrary), for x [rows, in] and wt [in, out], which it never
+// modifies and keeps nothing of (a model made by FromStorage reads
 // projections whose holder updates them between passes). It must give, bit for bit, what
 // SetLinear's kernel gives for the [out, in] weight wt transposes, so that sharing a weight
 // never changes a logit; and, like it, compute each row of its result from its own row of x
 // alone. nil restores the portable loop, which sums in the order of SetLinear's. Set it
 // before any forward pass runs.
-func SetLinearT(f func(x []float32, rows, in int, wt []float32, out int) []float32) {
+func SetLinearT(f func(y, x []float32, rows, in int, wt []float32, out int)) {
 	linearTKernel = f
 }
 
@@ -371,7 +375,8 @@ func linearT(x []float32, rows, in int, wt []float32, out int, b []float32) []fl
 	if linearKernel == nil || linearTKernel == nil {
 		return linearLoopT(x, rows, in, wt, out, b)
 	}
-	y := linearTKernel(x, rows, in, wt, out)
+	y := floats(rows * out)
+	linearTKernel(y, x, rows, in, wt, out)
 	if b != nil {
 		for r := range rows {
 			addTo(y[r*out:(r+1)*out], b)
@@ -385,7 +390,7 @@ func linearT(x []float32, rows, in int, wt []float32, out int, b []float32) []fl
 // the first, then (s0+s1)+(s2+s3)), so that its results are linearLoop's, bit for bit, while
 // it reads wt row after row.
 func linearLoopT(x []float32, rows, in int, wt []float32, out int, b []float32) []float32 {
-	y := make([]float32, rows*out)
+	y := floats(rows * out)
 	s := make([]float32, 4*out)
 	blocks := in &^ 3
 	for r := range rows {

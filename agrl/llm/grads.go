@@ -37,7 +37,7 @@ func (m *Model) NewWeightGrads(transposed bool) *WeightGrads {
 				for _, d := range s.Shape {
 					n *= d
 				}
-				return make([]float32, n), nil
+				return zeros(n), nil
 			}
 		}
 		return nil, fmt.Errorf("no tensor %s", name) // not reached: build asks for cfg's tensors only
@@ -87,6 +87,16 @@ func (g *WeightGrads) Zero() {
 	for _, v := range g.Tensors() {
 		clear(v)
 	}
+}
+
+// Release gives the sums' memory back to the pool that traces and NewWeightGrads take their
+// buffers from (the collector may still drop it), for a trainer whose next step needs as
+// much again. Neither g nor any slice Tensors returned may be used afterwards.
+func (g *WeightGrads) Release() {
+	for _, v := range g.Tensors() {
+		putFloats(v)
+	}
+	g.g = nil
 }
 
 // projSlot is where ly keeps projection mod's [out, in] weight.

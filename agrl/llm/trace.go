@@ -102,7 +102,8 @@ type Trace struct {
 // whatever was left there.
 func (tr *Trace) scratch(k, n int) []float32 {
 	if cap(tr.bufs[k]) < n {
-		tr.bufs[k] = make([]float32, n)
+		putFloats(tr.bufs[k])
+		tr.bufs[k] = floats(n)
 	}
 	return tr.bufs[k][:n]
 }
@@ -201,7 +202,7 @@ func (m *Model) trace(ids []int32, o TraceOptions) (*Trace, error) {
 	root := m.base()
 	H, D, T := cfg.HiddenSize, cfg.HeadDim, len(ids)
 	tr := &Trace{m: m, n: T, ids: slices.Clone(ids), cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed}
-	x := make([]float32, T*H)
+	x := floats(T * H)
 	for t, id := range ids {
 		for j, f := range m.invFreq {
 			a := float64(t) * f
@@ -212,6 +213,7 @@ func (m *Model) trace(ids []int32, o TraceOptions) (*Trace, error) {
 	for l := range m.layers {
 		tl, next := tr.layer(l, x)
 		if o.Checkpointed {
+			tl.release()
 			tl = traceLayer{x: x}
 		}
 		tr.layers = append(tr.layers, tl)
@@ -233,36 +235,50 @@ func (tr *Trace) layer(l int, x []float32) (traceLayer, []float32) {
 	eps := cfg.RMSNormEps
 	ly := &m.layers[l]
 	tl := traceLayer{x: x}
-	h := make([]float32, T*H)
+	h := floats(T * H)
 	rmsNorm(h, x, ly.inputNorm, H, eps)
 	tl.q = tr.proj(&tl, l, qProj, h, T, H, ly.wq, nq*D, ly.bq)
 	tl.k = tr.proj(&tl, l, kProj, h, T, H, ly.wk, nkv*D, ly.bk)
 	tl.v = tr.proj(&tl, l, vProj, h, T, H, ly.wv, nkv*D, ly.bv)
 	if ly.qNorm != nil {
 		tl.qRaw, tl.kRaw = tl.q, tl.k
-		tl.q, tl.k = make([]float32, len(tl.qRaw)), make([]float32, len(tl.kRaw))
+		tl.q, tl.k = floats(len(tl.qRaw)), floats(len(tl.kRaw))
 		rmsNorm(tl.q, tl.qRaw, ly.qNorm, D, eps)
 		rmsNorm(tl.k, tl.kRaw, ly.kNorm, D, eps)
 	}
 	rope(tl.q, T, nq, D, tr.cos, tr.sin)
 	rope(tl.k, T, nkv, D, tr.cos, tr.sin)
-	tl.att = make([]float32, T*nq*D)
+	tl.att = floats(T * nq * D)
 	attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
-	tl.mid = append([]float32(nil), x...)
-	addTo(tl.mid, tr.proj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo))
+	tl.mid = floats(len(x))
+	copy(tl.mid, x)
+	o := tr.proj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo)
+	addTo(tl.mid, o)
+	putFloats(o)
 
 	rmsNorm(h, tl.mid, ly.postNorm, H, eps)
 	tl.gate = tr.proj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 	tl.up = tr.proj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
 	tl.act = swiglu(tl.gate, tl.up, T, I)
-	out := append([]float32(nil), tl.mid...)
-	addTo(out, tr.proj(&tl, l, downProj, tl.act, T, I, ly.down, H, ly.bDown))
+	out := floats(len(tl.mid))
+	copy(out, tl.mid)
+	d := tr.proj(&tl, l, downProj, tl.act, T, I, ly.down, H, ly.bDown)
+	addTo(out, d)
+	putFloats(d, h)
 	return tl, out
+}
+
+// release gives the layer's buffers back to the pool (putFloats), all but its input x, which
+// is the previous layer's output (or the embeddings'), and the adapters' products (xa).
+func (tl *traceLayer) release() {
+	putFloats(tl.mid, tl.qRaw, tl.kRaw, tl.q, tl.k, tl.v, tl.att, tl.gate, tl.up, tl.act)
+	x := tl.x
+	*tl = traceLayer{x: x}
 }
 
 // swiglu is silu(gate)·up, row by row over the cores, as the forward pass computes it.
 func swiglu(gate, up []float32, T, I int) []float32 {
-	out := make([]float32, len(gate))
+	out := floats(len(gate))
 	parallel.Rows(T, func(lo, hi int) {
 		for i := lo * I; i < hi*I; i++ {
 			out[i] = silu(gate[i]) * up[i]
@@ -281,7 +297,9 @@ func (tr *Trace) proj(tl *traceLayer, l, mod int, x []float32, rows, in int, w [
 		return y
 	}
 	y := m.frozenProj(l, mod, x, rows, in, w, out, b)
-	tl.xa[mod] = m.lora.add(l, mod, y, tr.drop(l, mod, x, in, nil), rows)
+	xd := tr.drop(l, mod, x, in, nil)
+	tl.xa[mod] = m.lora.add(l, mod, y, xd, rows)
+	putFloats(xd)
 	return y
 }
 
@@ -289,7 +307,7 @@ func (tr *Trace) proj(tl *traceLayer, l, mod int, x []float32, rows, in int, w [
 // projection mod, into dst (made when nil; it may be x).
 func (tr *Trace) drop(l, mod int, x []float32, in int, dst []float32) []float32 {
 	if dst == nil {
-		dst = make([]float32, len(x))
+		dst = floats(len(x)) // written whole
 	}
 	parallel.Rows(len(x)/in, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
@@ -380,27 +398,35 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 	nq, nkv, I := cfg.NumAttentionHeads, cfg.NumKeyValueHeads, cfg.IntermediateSize
 	eps := cfg.RMSNormEps
 
-	negSin := make([]float32, len(tr.sin)) // RoPE's backward pass: each pair turned back by its angle
+	// The buffers below, and the layers' as each is done with, go back to the pool
+	// (putFloats) for the next trace: none is read after that.
+	negSin := floats(len(tr.sin)) // RoPE's backward pass: each pair turned back by its angle
 	for i, v := range tr.sin {
 		negSin[i] = -v
 	}
-	dx := make([]float32, T*H)
+	dx := zeros(T * H)
 	rmsNormBack(dx, tr.last, root.norm, dh, H, eps)
 	if gw != nil {
 		normGainGrad(gw.g.norm, tr.last, dh, H, eps)
 	}
+	if len(tr.layers) > 0 { // else last is the embeddings' rows, which no layer holds
+		putFloats(tr.last)
+	}
 	tr.last, tr.hidden = nil, nil
-	h := make([]float32, T*H)
+	h := floats(T * H)
 	for l := len(tr.layers) - 1; l >= 0; l-- {
 		ly, tl := &m.layers[l], &tr.layers[l]
 		if tl.mid == nil { // checkpointed: this layer's forward pass again, from its input
-			*tl, _ = tr.layer(l, tl.x)
+			var out []float32
+			*tl, out = tr.layer(l, tl.x)
+			putFloats(out)
 		}
 
 		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
 		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
-		dAct := make([]float32, T*I)
+		dAct := zeros(T * I)
 		tr.projBack(ga, gw, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
+		putFloats(tl.act)
 		tl.act = nil
 		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
 			for i := lo * I; i < hi*I; i++ {
@@ -410,43 +436,52 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 				tl.up[i] = da * g * s
 			}
 		})
-		dh2 := make([]float32, T*H)
+		putFloats(dAct)
+		dh2 := zeros(T * H)
 		tr.projBack(ga, gw, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
 		tr.projBack(ga, gw, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
+		putFloats(tl.gate, tl.up)
 		tl.gate, tl.up = nil, nil
 		rmsNormBack(dx, tl.mid, ly.postNorm, dh2, H, eps)
 		if gw != nil {
 			normGainGrad(gw.g.layers[l].postNorm, tl.mid, dh2, H, eps)
 		}
+		putFloats(dh2)
 
 		// Attention half: mid = x + o(attend(rope(q), rope(k), v)) over h = norm(x).
 		rmsNorm(h, tl.x, ly.inputNorm, H, eps)
-		dAtt := make([]float32, T*nq*D)
+		dAtt := zeros(T * nq * D)
 		tr.projBack(ga, gw, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
-		dq, dk, dv := make([]float32, T*nq*D), make([]float32, T*nkv*D), make([]float32, T*nkv*D)
+		dq, dk, dv := zeros(T*nq*D), zeros(T*nkv*D), zeros(T*nkv*D)
 		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
+		putFloats(dAtt)
 		rope(dq, T, nq, D, tr.cos, negSin)
 		rope(dk, T, nkv, D, tr.cos, negSin)
 		if ly.qNorm != nil {
-			dqr, dkr := make([]float32, len(dq)), make([]float32, len(dk))
+			dqr, dkr := zeros(len(dq)), zeros(len(dk))
 			rmsNormBack(dqr, tl.qRaw, ly.qNorm, dq, D, eps)
 			rmsNormBack(dkr, tl.kRaw, ly.kNorm, dk, D, eps)
 			if gw != nil {
 				normGainGrad(gw.g.layers[l].qNorm, tl.qRaw, dq, D, eps)
 				normGainGrad(gw.g.layers[l].kNorm, tl.kRaw, dk, D, eps)
 			}
+			putFloats(dq, dk)
 			dq, dk = dqr, dkr
 		}
-		dh1 := make([]float32, T*H)
+		dh1 := zeros(T * H)
 		tr.projBack(ga, gw, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
 		tr.projBack(ga, gw, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
 		tr.projBack(ga, gw, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
+		putFloats(dq, dk, dv)
 		rmsNormBack(dx, tl.x, ly.inputNorm, dh1, H, eps)
 		if gw != nil {
 			normGainGrad(gw.g.layers[l].inputNorm, tl.x, dh1, H, eps)
 		}
+		putFloats(dh1, tl.x)
+		tl.release()
 		tr.layers[l] = traceLayer{}
 	}
+	putFloats(h, negSin, tr.bufs[0], tr.bufs[1])
 	tr.layers, tr.bufs = nil, [2][]float32{}
 	if gw != nil { // the embeddings' rows the ids read: dx is the stream's gradient at layer 0
 		ge := gw.g.embed
@@ -454,6 +489,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 			addTo(ge[int(id)*H:(int(id)+1)*H], dx[t*H:(t+1)*H])
 		}
 	}
+	putFloats(dx)
 }
 
 // projBack is the backward pass of proj for projection mod of layer l: given dy, the
@@ -489,13 +525,14 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 	// dx += drop(d(xa)·A) (the same mask: zeroed where the input was, scaled alike). Without
 	// ga (BackwardWeights) only dx.
 	if ga != nil {
-		sxa := make([]float32, len(xa))
+		sxa := floats(len(xa))
 		for i, v := range xa {
 			sxa[i] = s * v
 		}
 		mul(out, r, rows, dy, 1, out, sxa, r, ga.layers[l][mod].b, r, true)
+		putFloats(sxa)
 	}
-	dxa := make([]float32, rows*r)
+	dxa := floats(rows * r) // written whole by the product
 	mul(rows, r, out, dy, out, 1, p.b, r, dxa, r, false)
 	for i := range dxa {
 		dxa[i] *= s
@@ -507,12 +544,16 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 		mul(rows, in, r, dxa, r, 1, p.a, in, dx, in, true)
 	} else {
 		if ga != nil {
-			mul(r, in, rows, dxa, 1, r, tr.drop(l, mod, x, in, nil), in, ga.layers[l][mod].a, in, true)
+			xd := tr.drop(l, mod, x, in, nil)
+			mul(r, in, rows, dxa, 1, r, xd, in, ga.layers[l][mod].a, in, true)
+			putFloats(xd)
 		}
-		dxd := make([]float32, rows*in)
+		dxd := floats(rows * in)
 		mul(rows, in, r, dxa, r, 1, p.a, in, dxd, in, false)
 		addTo(dx, tr.drop(l, mod, dxd, in, dxd))
+		putFloats(dxd)
 	}
+	putFloats(dxa, xa)
 	tl.xa[mod] = nil
 }
 
@@ -530,7 +571,8 @@ func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group, qw, kvw := nq/nkv, nq*D, nkv*D
 	bq := min(T, attnBlock)
-	p, dp := make([]float32, bq*T), make([]float32, bq*T)
+	p, dp := floats(bq*T), floats(bq*T) // each product below writes the part of them it reads
+	defer putFloats(p, dp)
 	for kh := range nkv {
 		kt := transposeStrided(k[kh*D:], T, D, kvw) // [D, T]
 		vt := transposeStrided(v[kh*D:], T, D, kvw)
