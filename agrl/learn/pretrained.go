@@ -1020,7 +1020,8 @@ type pretrainedTrainer struct {
 	metrics  []string
 	once     sync.Once
 	seg      *segExecs // the segment graphs (pretrained_segments.go), built on first use
-	// onGrads, when set (tests), sees each step's summed gradients (trainVars order) before
+	// onGrads, when set (tests), sees each step's summed gradients (trainVars order; under
+	// full fine-tuning on the host the slices are valid during the call only) before
 	// the update.
 	onGrads func(grads [][]float32)
 	// onDone, when set (onMicroBatches), is told after each micro-batch of a step (with the

@@ -293,7 +293,9 @@ var linearKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // CPUs); their sums run in another order, so logits differ from the portable loop's in the last
 // bits. Each row of f's result must depend on its own row of x only, computed the same way
 // whatever the other rows (NextBatch relies on it to give a batched sequence the bits it gets
-// alone). Set it before any forward pass runs, not concurrently with one.
+// alone). The result must be a fresh slice, which becomes the caller's (a trace gives it to
+// its buffer pool, Floats, when done with it). Set it before any forward pass runs, not
+// concurrently with one.
 func SetLinear(f func(x []float32, rows, in int, w []float32, out int) []float32) { linearKernel = f }
 
 // headKernel, when set by SetHead, computes the LM head's product.

@@ -44,9 +44,10 @@ func floatClass(n int) (class, capacity int) {
 // trainer's log-probabilities and logits blocks go through it too).
 func Floats(n int) []float32 { return floats(n) }
 
-// PutFloats gives buffers back to the pool (see Floats): each must be one that Floats
-// returned (others are left to the collector), given back once, and nothing may read or
-// write it afterwards. nil is ignored.
+// PutFloats gives buffers back to the pool (see Floats): each must be owned whole by the
+// caller (from Floats, or a fresh make), given back once, and nothing may read or write it
+// afterwards. A buffer whose capacity is a size class's (at least poolMin) is reused, all of
+// its capacity, whatever its length; others are left to the collector. nil is ignored.
 func PutFloats(bufs ...[]float32) { putFloats(bufs...) }
 
 // floats is Floats.

@@ -409,9 +409,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 	if gw != nil {
 		normGainGrad(gw.g.norm, tr.last, dh, H, eps)
 	}
-	if len(tr.layers) > 0 { // else last is the embeddings' rows, which no layer holds
-		putFloats(tr.last)
-	}
+	putFloats(tr.last) // the last layer's output (or, with no layer, the embeddings' rows): only last held it
 	tr.last, tr.hidden = nil, nil
 	h := floats(T * H)
 	for l := len(tr.layers) - 1; l >= 0; l-- {
