@@ -223,8 +223,7 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 	for i, s := range seqs {
 		tr := traces[i]
 		n := tr.Len()
-		dh := llm.Floats(n * H)
-		clear(dh)
+		dh := llm.Floats(n * H) // written whole, block by block, by the head's products below
 		for r0 := 0; r0 < n; r0 += headBlock {
 			r1 := min(n, r0+headBlock)
 			var lp, pr []float32

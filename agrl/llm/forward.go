@@ -334,7 +334,7 @@ func product(x []float32, rows, in int, w []float32, out int) []float32 {
 	if productKernel == nil {
 		return linearLoop(x, rows, in, w, out, nil)
 	}
-	y := floats(rows * out)
+	y := Floats(rows * out)
 	productKernel(y, x, rows, in, w, out)
 	return y
 }
@@ -377,7 +377,7 @@ func linearT(x []float32, rows, in int, wt []float32, out int, b []float32) []fl
 	if linearKernel == nil || linearTKernel == nil {
 		return linearLoopT(x, rows, in, wt, out, b)
 	}
-	y := floats(rows * out)
+	y := Floats(rows * out)
 	linearTKernel(y, x, rows, in, wt, out)
 	if b != nil {
 		for r := range rows {
@@ -392,7 +392,7 @@ func linearT(x []float32, rows, in int, wt []float32, out int, b []float32) []fl
 // the first, then (s0+s1)+(s2+s3)), so that its results are linearLoop's, bit for bit, while
 // it reads wt row after row.
 func linearLoopT(x []float32, rows, in int, wt []float32, out int, b []float32) []float32 {
-	y := floats(rows * out)
+	y := Floats(rows * out)
 	s := make([]float32, 4*out)
 	blocks := in &^ 3
 	for r := range rows {

@@ -94,7 +94,7 @@ func (g *WeightGrads) Zero() {
 // much again. Neither g nor any slice Tensors returned may be used afterwards.
 func (g *WeightGrads) Release() {
 	for _, v := range g.Tensors() {
-		putFloats(v)
+		PutFloats(v)
 	}
 	g.g = nil
 }

@@ -331,7 +331,7 @@ func (a *Adapters) add(l, mod int, y, x []float32, rows int) []float32 {
 			y[i] += v
 		}
 	}
-	putFloats(d)
+	PutFloats(d)
 	return u
 }
 

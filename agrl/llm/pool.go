@@ -14,7 +14,7 @@ import (
 // cycles make the heap reach new pages every few steps, which the kernel hands out one 4 KB
 // page fault at a time (33–42 µs each on the Zen 5 VM: 5–8 s of system time in some steps of
 // 8). So the trace's buffers go back to a pool when the backward pass is done with them
-// (putFloats) and the next trace takes them from there (floats), in size classes; the
+// (PutFloats) and the next trace takes them from there (Floats), in size classes; the
 // collector may still drop what the pool holds (sync.Pool), so memory that no step asks for
 // again is not kept.
 
@@ -22,7 +22,7 @@ import (
 // whose models are small; at least 16.)
 var poolMin = 4096
 
-// poolPoison, in tests, makes putFloats fill what it takes back with NaNs, so that a pass
+// poolPoison, in tests, makes PutFloats fill what it takes back with NaNs, so that a pass
 // reading a buffer before writing it, or after giving it back, shows in its results.
 var poolPoison bool
 
@@ -42,16 +42,7 @@ func floatClass(n int) (class, capacity int) {
 // pool that traces take their buffers from, where it holds one of n's class, else made. Give
 // it back with PutFloats when done, for the next trace or step of the same shapes (the host
 // trainer's log-probabilities and logits blocks go through it too).
-func Floats(n int) []float32 { return floats(n) }
-
-// PutFloats gives buffers back to the pool (see Floats): each must be owned whole by the
-// caller (from Floats, or a fresh make), given back once, and nothing may read or write it
-// afterwards. A buffer whose capacity is a size class's (at least poolMin) is reused, all of
-// its capacity, whatever its length; others are left to the collector. nil is ignored.
-func PutFloats(bufs ...[]float32) { putFloats(bufs...) }
-
-// floats is Floats.
-func floats(n int) []float32 {
+func Floats(n int) []float32 {
 	if n < poolMin {
 		return make([]float32, n)
 	}
@@ -62,15 +53,18 @@ func floats(n int) []float32 {
 	return make([]float32, n, capacity)
 }
 
-// zeros is floats cleared.
+// zeros is Floats cleared.
 func zeros(n int) []float32 {
-	b := floats(n)
+	b := Floats(n)
 	clear(b)
 	return b
 }
 
-// putFloats is PutFloats.
-func putFloats(bufs ...[]float32) {
+// PutFloats gives buffers back to the pool (see Floats): each must be owned whole by the
+// caller (from Floats, or a fresh make), given back once, and nothing may read or write it
+// afterwards. A buffer whose capacity is a size class's (at least poolMin) is reused, all of
+// its capacity, whatever its length; others are left to the collector. nil is ignored.
+func PutFloats(bufs ...[]float32) {
 	for _, b := range bufs {
 		if cap(b) < poolMin {
 			continue

@@ -9,7 +9,7 @@ import (
 
 // TestFloatClass checks the pool's size classes: every length gets the smallest capacity of
 // the form j·2^e (j in 9…16) that holds it, less than an eighth spare, and a capacity is its
-// own class's, so that what putFloats takes back is what floats hands out for that class.
+// own class's, so that what PutFloats takes back is what Floats hands out for that class.
 func TestFloatClass(t *testing.T) {
 	prevCap := 0
 	prevClass := -1
@@ -36,17 +36,17 @@ func TestFloatClass(t *testing.T) {
 
 // TestFloatsReuse checks that a buffer given back is handed out again for a length of its
 // class (the pool may drop it at a collection, which this test does not run), that zeros
-// clears it, and that a buffer floats did not make (a capacity outside the classes) is not
+// clears it, and that a buffer Floats did not make (a capacity outside the classes) is not
 // taken.
 func TestFloatsReuse(t *testing.T) {
-	b := floats(10000)
+	b := Floats(10000)
 	if len(b) != 10000 || cap(b) != 10240 {
 		t.Fatalf("len %d cap %d", len(b), cap(b))
 	}
 	for i := range b {
 		b[i] = 1
 	}
-	putFloats(b)
+	PutFloats(b)
 	z := zeros(9999)
 	if &z[0] != &b[0] {
 		t.Skip("the pool dropped the buffer (a collection ran)")
@@ -57,8 +57,8 @@ func TestFloatsReuse(t *testing.T) {
 		}
 	}
 	odd := make([]float32, 10001)
-	putFloats(odd, nil)
-	if c := floats(10001); &c[0] == &odd[0] {
+	PutFloats(odd, nil)
+	if c := Floats(10001); &c[0] == &odd[0] {
 		t.Fatal("a buffer of capacity 10001 came back from the pool")
 	}
 }
@@ -72,7 +72,6 @@ func TestFloatsReuse(t *testing.T) {
 func TestTracesFromThePool(t *testing.T) {
 	defer func(n int) { poolMin, poolPoison = n, false }(poolMin)
 	lengths := []int{11, 7, 16, 11}
-	type result struct{ grads [][]float32 }
 	for _, c := range []struct {
 		variant string
 		dropout float64

@@ -102,8 +102,8 @@ type Trace struct {
 // whatever was left there.
 func (tr *Trace) scratch(k, n int) []float32 {
 	if cap(tr.bufs[k]) < n {
-		putFloats(tr.bufs[k])
-		tr.bufs[k] = floats(n)
+		PutFloats(tr.bufs[k])
+		tr.bufs[k] = Floats(n)
 	}
 	return tr.bufs[k][:n]
 }
@@ -202,7 +202,7 @@ func (m *Model) trace(ids []int32, o TraceOptions) (*Trace, error) {
 	root := m.base()
 	H, D, T := cfg.HiddenSize, cfg.HeadDim, len(ids)
 	tr := &Trace{m: m, n: T, ids: slices.Clone(ids), cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed}
-	x := floats(T * H)
+	x := Floats(T * H)
 	for t, id := range ids {
 		for j, f := range m.invFreq {
 			a := float64(t) * f
@@ -235,50 +235,50 @@ func (tr *Trace) layer(l int, x []float32) (traceLayer, []float32) {
 	eps := cfg.RMSNormEps
 	ly := &m.layers[l]
 	tl := traceLayer{x: x}
-	h := floats(T * H)
+	h := Floats(T * H)
 	rmsNorm(h, x, ly.inputNorm, H, eps)
 	tl.q = tr.proj(&tl, l, qProj, h, T, H, ly.wq, nq*D, ly.bq)
 	tl.k = tr.proj(&tl, l, kProj, h, T, H, ly.wk, nkv*D, ly.bk)
 	tl.v = tr.proj(&tl, l, vProj, h, T, H, ly.wv, nkv*D, ly.bv)
 	if ly.qNorm != nil {
 		tl.qRaw, tl.kRaw = tl.q, tl.k
-		tl.q, tl.k = floats(len(tl.qRaw)), floats(len(tl.kRaw))
+		tl.q, tl.k = Floats(len(tl.qRaw)), Floats(len(tl.kRaw))
 		rmsNorm(tl.q, tl.qRaw, ly.qNorm, D, eps)
 		rmsNorm(tl.k, tl.kRaw, ly.kNorm, D, eps)
 	}
 	rope(tl.q, T, nq, D, tr.cos, tr.sin)
 	rope(tl.k, T, nkv, D, tr.cos, tr.sin)
-	tl.att = floats(T * nq * D)
+	tl.att = Floats(T * nq * D)
 	attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
-	tl.mid = floats(len(x))
+	tl.mid = Floats(len(x))
 	copy(tl.mid, x)
 	o := tr.proj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo)
 	addTo(tl.mid, o)
-	putFloats(o)
+	PutFloats(o)
 
 	rmsNorm(h, tl.mid, ly.postNorm, H, eps)
 	tl.gate = tr.proj(&tl, l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 	tl.up = tr.proj(&tl, l, upProj, h, T, H, ly.up, I, ly.bUp)
 	tl.act = swiglu(tl.gate, tl.up, T, I)
-	out := floats(len(tl.mid))
+	out := Floats(len(tl.mid))
 	copy(out, tl.mid)
 	d := tr.proj(&tl, l, downProj, tl.act, T, I, ly.down, H, ly.bDown)
 	addTo(out, d)
-	putFloats(d, h)
+	PutFloats(d, h)
 	return tl, out
 }
 
-// release gives the layer's buffers back to the pool (putFloats), all but its input x, which
+// release gives the layer's buffers back to the pool (PutFloats), all but its input x, which
 // is the previous layer's output (or the embeddings'), and the adapters' products (xa).
 func (tl *traceLayer) release() {
-	putFloats(tl.mid, tl.qRaw, tl.kRaw, tl.q, tl.k, tl.v, tl.att, tl.gate, tl.up, tl.act)
+	PutFloats(tl.mid, tl.qRaw, tl.kRaw, tl.q, tl.k, tl.v, tl.att, tl.gate, tl.up, tl.act)
 	x := tl.x
 	*tl = traceLayer{x: x}
 }
 
 // swiglu is silu(gate)·up, row by row over the cores, as the forward pass computes it.
 func swiglu(gate, up []float32, T, I int) []float32 {
-	out := floats(len(gate))
+	out := Floats(len(gate))
 	parallel.Rows(T, func(lo, hi int) {
 		for i := lo * I; i < hi*I; i++ {
 			out[i] = silu(gate[i]) * up[i]
@@ -299,7 +299,7 @@ func (tr *Trace) proj(tl *traceLayer, l, mod int, x []float32, rows, in int, w [
 	y := m.frozenProj(l, mod, x, rows, in, w, out, b)
 	xd := tr.drop(l, mod, x, in, nil)
 	tl.xa[mod] = m.lora.add(l, mod, y, xd, rows)
-	putFloats(xd)
+	PutFloats(xd)
 	return y
 }
 
@@ -307,7 +307,7 @@ func (tr *Trace) proj(tl *traceLayer, l, mod int, x []float32, rows, in int, w [
 // projection mod, into dst (made when nil; it may be x).
 func (tr *Trace) drop(l, mod int, x []float32, in int, dst []float32) []float32 {
 	if dst == nil {
-		dst = floats(len(x)) // written whole
+		dst = Floats(len(x)) // written whole
 	}
 	parallel.Rows(len(x)/in, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
@@ -399,8 +399,8 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 	eps := cfg.RMSNormEps
 
 	// The buffers below, and the layers' as each is done with, go back to the pool
-	// (putFloats) for the next trace: none is read after that.
-	negSin := floats(len(tr.sin)) // RoPE's backward pass: each pair turned back by its angle
+	// (PutFloats) for the next trace: none is read after that.
+	negSin := Floats(len(tr.sin)) // RoPE's backward pass: each pair turned back by its angle
 	for i, v := range tr.sin {
 		negSin[i] = -v
 	}
@@ -409,22 +409,22 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 	if gw != nil {
 		normGainGrad(gw.g.norm, tr.last, dh, H, eps)
 	}
-	putFloats(tr.last) // the last layer's output (or, with no layer, the embeddings' rows): only last held it
+	PutFloats(tr.last) // the last layer's output (or, with no layer, the embeddings' rows): only last held it
 	tr.last, tr.hidden = nil, nil
-	h := floats(T * H)
+	h := Floats(T * H)
 	for l := len(tr.layers) - 1; l >= 0; l-- {
 		ly, tl := &m.layers[l], &tr.layers[l]
 		if tl.mid == nil { // checkpointed: this layer's forward pass again, from its input
 			var out []float32
 			*tl, out = tr.layer(l, tl.x)
-			putFloats(out)
+			PutFloats(out)
 		}
 
 		// MLP half: x = mid + down(silu(gate)·up), gate and up over h = norm(mid).
 		rmsNorm(h, tl.mid, ly.postNorm, H, eps)
 		dAct := zeros(T * I)
 		tr.projBack(ga, gw, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
-		putFloats(tl.act)
+		PutFloats(tl.act)
 		tl.act = nil
 		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
 			for i := lo * I; i < hi*I; i++ {
@@ -434,17 +434,17 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 				tl.up[i] = da * g * s
 			}
 		})
-		putFloats(dAct)
+		PutFloats(dAct)
 		dh2 := zeros(T * H)
 		tr.projBack(ga, gw, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
 		tr.projBack(ga, gw, tl, l, upProj, tl.up, h, T, H, ly.up, I, dh2)
-		putFloats(tl.gate, tl.up)
+		PutFloats(tl.gate, tl.up)
 		tl.gate, tl.up = nil, nil
 		rmsNormBack(dx, tl.mid, ly.postNorm, dh2, H, eps)
 		if gw != nil {
 			normGainGrad(gw.g.layers[l].postNorm, tl.mid, dh2, H, eps)
 		}
-		putFloats(dh2)
+		PutFloats(dh2)
 
 		// Attention half: mid = x + o(attend(rope(q), rope(k), v)) over h = norm(x).
 		rmsNorm(h, tl.x, ly.inputNorm, H, eps)
@@ -452,7 +452,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 		tr.projBack(ga, gw, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
 		dq, dk, dv := zeros(T*nq*D), zeros(T*nkv*D), zeros(T*nkv*D)
 		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
-		putFloats(dAtt)
+		PutFloats(dAtt)
 		rope(dq, T, nq, D, tr.cos, negSin)
 		rope(dk, T, nkv, D, tr.cos, negSin)
 		if ly.qNorm != nil {
@@ -463,23 +463,23 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 				normGainGrad(gw.g.layers[l].qNorm, tl.qRaw, dq, D, eps)
 				normGainGrad(gw.g.layers[l].kNorm, tl.kRaw, dk, D, eps)
 			}
-			putFloats(dq, dk)
+			PutFloats(dq, dk)
 			dq, dk = dqr, dkr
 		}
 		dh1 := zeros(T * H)
 		tr.projBack(ga, gw, tl, l, qProj, dq, h, T, H, ly.wq, nq*D, dh1)
 		tr.projBack(ga, gw, tl, l, kProj, dk, h, T, H, ly.wk, nkv*D, dh1)
 		tr.projBack(ga, gw, tl, l, vProj, dv, h, T, H, ly.wv, nkv*D, dh1)
-		putFloats(dq, dk, dv)
+		PutFloats(dq, dk, dv)
 		rmsNormBack(dx, tl.x, ly.inputNorm, dh1, H, eps)
 		if gw != nil {
 			normGainGrad(gw.g.layers[l].inputNorm, tl.x, dh1, H, eps)
 		}
-		putFloats(dh1, tl.x)
+		PutFloats(dh1, tl.x)
 		tl.release()
 		tr.layers[l] = traceLayer{}
 	}
-	putFloats(h, negSin, tr.bufs[0], tr.bufs[1])
+	PutFloats(h, negSin, tr.bufs[0], tr.bufs[1])
 	tr.layers, tr.bufs = nil, [2][]float32{}
 	if gw != nil { // the embeddings' rows the ids read: dx is the stream's gradient at layer 0
 		ge := gw.g.embed
@@ -487,7 +487,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 			addTo(ge[int(id)*H:(int(id)+1)*H], dx[t*H:(t+1)*H])
 		}
 	}
-	putFloats(dx)
+	PutFloats(dx)
 }
 
 // projBack is the backward pass of proj for projection mod of layer l: given dy, the
@@ -523,14 +523,14 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 	// dx += drop(d(xa)·A) (the same mask: zeroed where the input was, scaled alike). Without
 	// ga (BackwardWeights) only dx.
 	if ga != nil {
-		sxa := floats(len(xa))
+		sxa := Floats(len(xa))
 		for i, v := range xa {
 			sxa[i] = s * v
 		}
 		mul(out, r, rows, dy, 1, out, sxa, r, ga.layers[l][mod].b, r, true)
-		putFloats(sxa)
+		PutFloats(sxa)
 	}
-	dxa := floats(rows * r) // written whole by the product
+	dxa := Floats(rows * r) // written whole by the product
 	mul(rows, r, out, dy, out, 1, p.b, r, dxa, r, false)
 	for i := range dxa {
 		dxa[i] *= s
@@ -544,14 +544,14 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 		if ga != nil {
 			xd := tr.drop(l, mod, x, in, nil)
 			mul(r, in, rows, dxa, 1, r, xd, in, ga.layers[l][mod].a, in, true)
-			putFloats(xd)
+			PutFloats(xd)
 		}
-		dxd := floats(rows * in)
+		dxd := Floats(rows * in)
 		mul(rows, in, r, dxa, r, 1, p.a, in, dxd, in, false)
 		addTo(dx, tr.drop(l, mod, dxd, in, dxd))
-		putFloats(dxd)
+		PutFloats(dxd)
 	}
-	putFloats(dxa, xa)
+	PutFloats(dxa, xa)
 	tl.xa[mod] = nil
 }
 
@@ -569,8 +569,8 @@ func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group, qw, kvw := nq/nkv, nq*D, nkv*D
 	bq := min(T, attnBlock)
-	p, dp := floats(bq*T), floats(bq*T) // each product below writes the part of them it reads
-	defer putFloats(p, dp)
+	p, dp := Floats(bq*T), Floats(bq*T) // each product below writes the part of them it reads
+	defer PutFloats(p, dp)
 	for kh := range nkv {
 		kt := transposeStrided(k[kh*D:], T, D, kvw) // [D, T]
 		vt := transposeStrided(v[kh*D:], T, D, kvw)
