@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -252,8 +254,16 @@ func benchShape(t *testing.T, env string) (string, hf.Config, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.VocabSize < benchTokenizerIDs { // a tiny test shape: room for the test tokenizer's ids and the benchmarks' positions
+		cfg.VocabSize, cfg.MaxPositionEmbeddings = benchTokenizerIDs, 2048
+		cfg.BOSTokenID, cfg.EOSTokenIDs = -1, nil
+	}
 	return shape, cfg, benchModelDir(t, shape, cfg)
 }
+
+// benchTokenizerIDs is the smallest vocabulary that holds the ids of agrl/llm/agent's test
+// tokenizer (312, rounded up), which the benchmarks' model directories carry.
+const benchTokenizerIDs = 320
 
 // benchGRPOBatch is a GRPO train batch of random token sequences of the given lengths:
 // every target a fresh policy token, normal advantages, weights summing to 1.
@@ -292,8 +302,10 @@ func benchGRPOBatch(rng *rand.Rand, vocab int, lengths []int) TrainBatch {
 func benchModelDir(t *testing.T, shape string, cfg hf.Config) string {
 	t.Helper()
 	dir := filepath.Join(os.TempDir(), "agrl-bench-"+shape)
-	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
-		writeTestModel(t, dir, cfg, 1)
+	_, err := os.Stat(filepath.Join(dir, "tokenizer.json"))
+	if have, cerr := hf.LoadConfig(filepath.Join(dir, "config.json")); err != nil || cerr != nil ||
+		have.VocabSize != cfg.VocabSize || have.MaxPositionEmbeddings != cfg.MaxPositionEmbeddings {
+		writeTestModel(t, dir, cfg, 1) // missing, or written by an older benchmark for another configuration
 	}
 	return dir
 }
@@ -322,4 +334,61 @@ func sortFloats(x []float64) {
 			x[j], x[j-1] = x[j-1], x[j]
 		}
 	}
+}
+
+// TestLLMSteps times the pretrained learner's optimizer steps one by one, when AGRL_BENCH_LLM
+// names the shape (skipped otherwise): AGRL_BENCH_STEPS steps (default 10) of TestLLMThroughput's
+// train step (LoRA rank 16 on every projection, or every weight with AGRL_BENCH_FULL=1; 4
+// sequences of 256 tokens), each with its wall time, user and system CPU time and minor page
+// faults (getrusage around the step), then the mean of the steps after the first two. A
+// median of a few steps hides what this shows: on these VMs a minor fault costs tens of
+// microseconds of system time, and the first steps of a process, while the Go heap grows, can
+// take twice the steady ones (docs/performance.md, "Page faults of the pretrained models' host
+// step").
+func TestLLMSteps(t *testing.T) {
+	_, cfg, dir := benchShape(t, "AGRL_BENCH_LLM")
+	const batch, seqLen = 4, 256
+	n := 10
+	if s := os.Getenv("AGRL_BENCH_STEPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 3 {
+			t.Fatalf("AGRL_BENCH_STEPS=%q: want a number of steps, at least 3", s)
+		}
+		n = v
+	}
+	spec := agrl.Pretrained(dir).LoRA(16, 32).MicroBatch(batch)
+	if os.Getenv("AGRL_BENCH_FULL") == "1" {
+		spec = spec.Full()
+	}
+	p, err := LoadPretrained(spec, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.newLearner("bench", grpoLoss(0.2, 0.2, 0, agrl.K3), grpoValues, agrl.NewAdamW().LR(1e-5), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := benchGRPOBatch(rand.New(rand.NewPCG(1, 2)), cfg.VocabSize, slices.Repeat([]int{seqLen}, batch))
+	tokens := float64(batch * (seqLen - 1))
+	var wall, sys float64
+	var faults int64
+	for i := range n {
+		var r0, r1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
+		start := time.Now()
+		if _, err := l.Step(b); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		w := time.Since(start).Seconds()
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
+		usr := time.Duration(r1.Utime.Nano() - r0.Utime.Nano()).Seconds()
+		s := time.Duration(r1.Stime.Nano() - r0.Stime.Nano()).Seconds()
+		f := r1.Minflt - r0.Minflt
+		fmt.Printf("step %d: wall %.2f s, user %.2f s, sys %.2f s, %d minor faults, %.1f tokens/s\n", i, w, usr, s, f, tokens/w)
+		if i >= 2 {
+			wall, sys, faults = wall+w, sys+s, faults+f
+		}
+	}
+	k := float64(n - 2)
+	fmt.Printf("steps 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a step, %.1f tokens/s\n", n-1, wall/k, sys/k, float64(faults)/k, tokens*k/wall)
 }

@@ -159,3 +159,58 @@ func TestTracesFromThePool(t *testing.T) {
 		poolPoison = false
 	}
 }
+
+// TestForwardFromThePool runs the KV-cache forward pass as a sampler does (a batched prefill
+// of every position, batched decode steps, one sequence stepping alone) with every buffer
+// pooled and poisoned (NaN) when given back, and checks every logit against the same calls
+// on fresh memory, bit for bit: a product's result given back while still read, or a buffer
+// read before it is written, would change them.
+func TestForwardFromThePool(t *testing.T) {
+	defer func(n int) { poolMin, poolPoison = n, false }(poolMin)
+	for _, c := range []struct {
+		variant string
+		full    bool // projections held transposed (linearT's pooled results), no adapters
+	}{{"llama", false}, {"qwen2", true}, {"qwen3", false}} {
+		m, _ := adapted(t, c.variant)
+		if c.full {
+			mt, err := FromWeightsTransposed(m.cfg, "", storeLayout(loadVariant(t, c.variant)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m = mt
+		}
+		V := m.cfg.VocabSize
+		run := func() [][]float32 {
+			var out [][]float32
+			a, b := m.NewCache(), m.NewCache()
+			rows, err := m.StepBatch([]*Cache{a, b}, [][]int32{traceIDs(9, V), traceIDs(14, V)[3:]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				out = append(out, r...)
+			}
+			for s := range 4 {
+				next, err := m.NextBatch([]*Cache{b, a}, [][]int32{{int32(s + 1)}, {int32(2*s + 3)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, next...)
+			}
+			alone, err := m.StepBatch([]*Cache{a}, [][]int32{traceIDs(5, V)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return append(out, alone[0]...)
+		}
+		poolMin = 1 << 40 // nothing pooled
+		want := run()
+		poolMin, poolPoison = 16, true
+		for round := range 2 { // the second round takes what the first gave back
+			if got := run(); !sameBits(got, want) {
+				t.Errorf("%s (transposed %v), round %d: logits differ from the passes on fresh memory", c.variant, c.full, round)
+			}
+		}
+		poolPoison = false
+	}
+}
