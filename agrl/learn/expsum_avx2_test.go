@@ -9,24 +9,6 @@ import (
 	"testing"
 )
 
-// exp8 is exp16 on 8 lanes, the body expSumAVX2 writes out.
-func exp8(x archsimd.Float32x8) archsimd.Float32x8 {
-	live := x.GreaterEqual(archsimd.BroadcastFloat32x8(-87.3))
-	x = x.Max(archsimd.BroadcastFloat32x8(-87.3)).Min(archsimd.BroadcastFloat32x8(88.72))
-	n := x.Mul(archsimd.BroadcastFloat32x8(1.44269504088896341)).RoundToEven()
-	r := n.MulAdd(archsimd.BroadcastFloat32x8(-0.693359375), x)
-	r = n.MulAdd(archsimd.BroadcastFloat32x8(2.12194440e-4), r)
-	p := archsimd.BroadcastFloat32x8(1.9875691500e-4)
-	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(1.3981999507e-3))
-	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(8.3334519073e-3))
-	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(4.1665795894e-2))
-	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(1.6666665459e-1))
-	p = p.MulAdd(r, archsimd.BroadcastFloat32x8(5.0000001201e-1))
-	p = p.MulAdd(r.Mul(r), r.Add(archsimd.BroadcastFloat32x8(1)))
-	pow := n.ConvertToInt32().Add(archsimd.BroadcastInt32x8(127)).ShiftAllLeft(23).AsFloat32x8()
-	return p.Mul(pow).Masked(live)
-}
-
 // expSumAVX2Calls is expSumAVX2 as it was written before its exponential was written out:
 // exp8 called per 8 lanes, the two accumulators, the lanes and then the tail summed in order.
 func expSumAVX2Calls(x []float32, shift float32) float32 {

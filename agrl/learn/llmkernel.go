@@ -29,6 +29,7 @@ func init() {
 		llm.SetMul(hostMul)
 		llm.SetTranspose(hostTranspose)
 		llm.SetExpSum(expSum)
+		llm.SetSwiGLU(swiGLU, swiGLUBack)
 	}
 }
 

@@ -214,11 +214,7 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 		I := cfg.IntermediateSize
 		g := m.proj(l, gateProj, h, T, H, ly.gate, I, ly.bGate)
 		u := m.proj(l, upProj, h, T, H, ly.up, I, ly.bUp)
-		parallel.Rows(T, func(lo, hi int) { // each row as alone
-			for i := lo * I; i < hi*I; i++ {
-				g[i] = silu(g[i]) * u[i]
-			}
-		})
+		swigluInto(g, g, u, T, I)
 		d := m.proj(l, downProj, g, T, I, ly.down, H, ly.bDown)
 		addTo(x, d)
 		PutFloats(g, u, d)
@@ -497,6 +493,60 @@ func addTo(dst, src []float32) {
 
 // silu is x·sigmoid(x).
 func silu(x float32) float32 { return x / (1 + float32(math.Exp(-float64(x)))) }
+
+// swigluInto writes silu(gate)·up into out (which may be gate), T rows of I, over the cores:
+// the SetSwiGLU kernel, or silu in float64 (the portable loop). Every element is computed from
+// its own inputs alone, so a row's bits do not depend on the rows beside it.
+func swigluInto(out, gate, up []float32, T, I int) {
+	parallel.Rows(T, func(lo, hi int) {
+		a, b := lo*I, hi*I
+		if swigluKernel != nil {
+			swigluKernel(out[a:b], gate[a:b], up[a:b])
+			return
+		}
+		for i := a; i < b; i++ {
+			out[i] = silu(gate[i]) * up[i]
+		}
+	})
+}
+
+// swigluBack replaces gate and up (T rows of I) by the gradients of silu(gate)·up's inputs
+// given dAct, that product's gradient, over the cores: the SetSwiGLU kernel, or the portable
+// loop (the logistic in float64).
+func swigluBack(gate, up, dAct []float32, T, I int) {
+	parallel.Rows(T, func(lo, hi int) {
+		a, b := lo*I, hi*I
+		if swigluBackKernel != nil {
+			swigluBackKernel(gate[a:b], up[a:b], dAct[a:b])
+			return
+		}
+		for i := a; i < b; i++ {
+			g, u, da := gate[i], up[i], dAct[i]
+			s := float32(1 / (1 + math.Exp(-float64(g))))
+			gate[i] = da * u * s * (1 + g*(1-s))
+			up[i] = da * g * s
+		}
+	})
+}
+
+// swigluKernel and swigluBackKernel, when set by SetSwiGLU, compute swigluInto's and
+// swigluBack's elements.
+var (
+	swigluKernel     func(out, gate, up []float32)
+	swigluBackKernel func(gate, up, dAct []float32)
+)
+
+// SetSwiGLU installs kernels for the MLP's activation and its gradient, in place of the
+// portable loops (whose logistic runs in float64): fwd(out, gate, up) writes silu(g)·u =
+// g/(1 + e^(−g))·u to out[i], for g = gate[i], u = up[i] (out may be gate); back(gate, up,
+// dAct) replaces gate[i] by dAct[i]·u·s·(1 + g·(1 − s)) and up[i] by dAct[i]·g·s, s the
+// logistic of g. Each element must be computed from its own inputs alone, the same way
+// wherever it lies in the slices (the forward pass and a trace call fwd on different spans
+// of rows, and must agree bit for bit). nil restores the portable loops. agrl/learn installs
+// its vector kernels with it; set it before any forward pass runs.
+func SetSwiGLU(fwd func(out, gate, up []float32), back func(gate, up, dAct []float32)) {
+	swigluKernel, swigluBackKernel = fwd, back
+}
 
 // rope rotates each D-wide head of x ([T, heads·D]) by its position's angles, in the
 // rotate-half layout of transformers (not the interleaved one of Meta's reference code):

@@ -279,11 +279,7 @@ func (tl *traceLayer) release() {
 // swiglu is silu(gate)·up, row by row over the cores, as the forward pass computes it.
 func swiglu(gate, up []float32, T, I int) []float32 {
 	out := Floats(len(gate))
-	parallel.Rows(T, func(lo, hi int) {
-		for i := lo * I; i < hi*I; i++ {
-			out[i] = silu(gate[i]) * up[i]
-		}
-	})
+	swigluInto(out, gate, up, T, I)
 	return out
 }
 
@@ -426,14 +422,7 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 		tr.projBack(ga, gw, tl, l, downProj, dx, tl.act, T, I, ly.down, H, dAct)
 		PutFloats(tl.act)
 		tl.act = nil
-		parallel.Rows(T, func(lo, hi int) { // dgate and dup, in place of gate and up
-			for i := lo * I; i < hi*I; i++ {
-				g, u, da := tl.gate[i], tl.up[i], dAct[i]
-				s := float32(1 / (1 + math.Exp(-float64(g))))
-				tl.gate[i] = da * u * s * (1 + g*(1-s))
-				tl.up[i] = da * g * s
-			}
-		})
+		swigluBack(tl.gate, tl.up, dAct, T, I) // dgate and dup, in place of gate and up
 		PutFloats(dAct)
 		dh2 := zeros(T * H)
 		tr.projBack(ga, gw, tl, l, gateProj, tl.gate, h, T, H, ly.gate, I, dh2)
