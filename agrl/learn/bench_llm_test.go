@@ -383,7 +383,7 @@ func TestLLMSteps(t *testing.T) {
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
 		usr := time.Duration(r1.Utime.Nano() - r0.Utime.Nano()).Seconds()
 		s := time.Duration(r1.Stime.Nano() - r0.Stime.Nano()).Seconds()
-		f := r1.Minflt - r0.Minflt
+		f := int64(r1.Minflt - r0.Minflt)
 		fmt.Printf("step %d: wall %.2f s, user %.2f s, sys %.2f s, %d minor faults, %.1f tokens/s\n", i, w, usr, s, f, tokens/w)
 		if i >= 2 {
 			wall, sys, faults = wall+w, sys+s, faults+f

@@ -7,7 +7,9 @@ import "simd/archsimd"
 // swiGLU is llm.SetSwiGLU's forward kernel: out[i] = silu(g)·u = g/(1 + e^(−g))·u for g =
 // gate[i], u = up[i], in float32 with exp16's exponential, 16 lanes at a time; the elements past
 // the last 16 go through the same lanes, masked, so every element gets the same bits wherever
-// it lies in the slices (a row of a batch as alone). out may be gate.
+// it lies in the slices (a row of a batch as alone). out may be gate. The exponent −g is
+// clamped at expArgMax, so a gate below −88.3, whose silu is under 10⁻³⁶, gives a
+// value that small rather than exp16's overflow.
 func swiGLU(out, gate, up []float32) {
 	if useAVX2 {
 		swiGLUAVX2(out, gate, up)
@@ -17,23 +19,23 @@ func swiGLU(out, gate, up []float32) {
 		swiGLUScalar(out, gate, up)
 		return
 	}
-	one, zero := archsimd.BroadcastFloat32x16(1), archsimd.Float32x16{}
+	one, zero, top := archsimd.BroadcastFloat32x16(1), archsimd.Float32x16{}, archsimd.BroadcastFloat32x16(expArgMax)
 	n := len(gate)
 	out, up = out[:n], up[:n]
 	for j := 0; j < n; j += 16 {
 		if j+16 > n {
 			g, u := archsimd.LoadFloat32x16SlicePart(gate[j:]), archsimd.LoadFloat32x16SlicePart(up[j:])
-			g.Div(one.Add(exp16(zero.Sub(g)))).Mul(u).StoreSlicePart(out[j:])
+			g.Div(one.Add(exp16(zero.Sub(g).Min(top)))).Mul(u).StoreSlicePart(out[j:])
 			break
 		}
 		g, u := archsimd.LoadFloat32x16Slice(gate[j:j+16]), archsimd.LoadFloat32x16Slice(up[j:j+16])
-		g.Div(one.Add(exp16(zero.Sub(g)))).Mul(u).StoreSlice(out[j : j+16])
+		g.Div(one.Add(exp16(zero.Sub(g).Min(top)))).Mul(u).StoreSlice(out[j : j+16])
 	}
 	clearUpper16()
 }
 
 // swiGLUBack is llm.SetSwiGLU's backward kernel: with s = 1/(1 + e^(−g)) (exp16's exponential,
-// the lanes as in swiGLU), gate[i] becomes d·u·s·(1 + g·(1 − s)) and up[i] becomes d·g·s, for
+// its argument clamped and the lanes as in swiGLU), gate[i] becomes d·u·s·(1 + g·(1 − s)) and up[i] becomes d·g·s, for
 // g = gate[i], u = up[i], d = dAct[i]: the gradients of silu(g)·u's inputs.
 func swiGLUBack(gate, up, dAct []float32) {
 	if useAVX2 {
@@ -44,7 +46,7 @@ func swiGLUBack(gate, up, dAct []float32) {
 		swiGLUBackScalar(gate, up, dAct)
 		return
 	}
-	one, zero := archsimd.BroadcastFloat32x16(1), archsimd.Float32x16{}
+	one, zero, top := archsimd.BroadcastFloat32x16(1), archsimd.Float32x16{}, archsimd.BroadcastFloat32x16(expArgMax)
 	n := len(gate)
 	up, dAct = up[:n], dAct[:n]
 	for j := 0; j < n; j += 16 {
@@ -55,7 +57,7 @@ func swiGLUBack(gate, up, dAct []float32) {
 		} else {
 			g, u, d = archsimd.LoadFloat32x16Slice(gate[j:j+16]), archsimd.LoadFloat32x16Slice(up[j:j+16]), archsimd.LoadFloat32x16Slice(dAct[j:j+16])
 		}
-		s := one.Div(one.Add(exp16(zero.Sub(g))))
+		s := one.Div(one.Add(exp16(zero.Sub(g).Min(top))))
 		ds := d.Mul(s)
 		dg := ds.Mul(u).Mul(one.Add(g.Mul(one.Sub(s))))
 		du := ds.Mul(g)
@@ -70,26 +72,31 @@ func swiGLUBack(gate, up, dAct []float32) {
 	clearUpper16()
 }
 
+// expArgMax is the largest argument the SwiGLU kernels give exp16 and exp8: past about 88.38,
+// x/ln2 rounds to 128 and their power of two overflows to +Inf (the softmaxes never get
+// there: their arguments are at most 0).
+const expArgMax = 88.3
+
 // swiGLUAVX2 is swiGLU on AVX2: the same operations on 8 lanes (exp8), so the same bits.
 func swiGLUAVX2(out, gate, up []float32) {
-	one, zero := archsimd.BroadcastFloat32x8(1), archsimd.Float32x8{}
+	one, zero, top := archsimd.BroadcastFloat32x8(1), archsimd.Float32x8{}, archsimd.BroadcastFloat32x8(expArgMax)
 	n := len(gate)
 	out, up = out[:n], up[:n]
 	for j := 0; j < n; j += 8 {
 		if j+8 > n {
 			g, u := archsimd.LoadFloat32x8SlicePart(gate[j:]), archsimd.LoadFloat32x8SlicePart(up[j:])
-			g.Div(one.Add(exp8(zero.Sub(g)))).Mul(u).StoreSlicePart(out[j:])
+			g.Div(one.Add(exp8(zero.Sub(g).Min(top)))).Mul(u).StoreSlicePart(out[j:])
 			break
 		}
 		g, u := archsimd.LoadFloat32x8Slice(gate[j:j+8]), archsimd.LoadFloat32x8Slice(up[j:j+8])
-		g.Div(one.Add(exp8(zero.Sub(g)))).Mul(u).StoreSlice(out[j : j+8])
+		g.Div(one.Add(exp8(zero.Sub(g).Min(top)))).Mul(u).StoreSlice(out[j : j+8])
 	}
 	clearUpper8x2()
 }
 
 // swiGLUBackAVX2 is swiGLUBack on AVX2, the same operations on 8 lanes.
 func swiGLUBackAVX2(gate, up, dAct []float32) {
-	one, zero := archsimd.BroadcastFloat32x8(1), archsimd.Float32x8{}
+	one, zero, top := archsimd.BroadcastFloat32x8(1), archsimd.Float32x8{}, archsimd.BroadcastFloat32x8(expArgMax)
 	n := len(gate)
 	up, dAct = up[:n], dAct[:n]
 	for j := 0; j < n; j += 8 {
@@ -100,7 +107,7 @@ func swiGLUBackAVX2(gate, up, dAct []float32) {
 		} else {
 			g, u, d = archsimd.LoadFloat32x8Slice(gate[j:j+8]), archsimd.LoadFloat32x8Slice(up[j:j+8]), archsimd.LoadFloat32x8Slice(dAct[j:j+8])
 		}
-		s := one.Div(one.Add(exp8(zero.Sub(g))))
+		s := one.Div(one.Add(exp8(zero.Sub(g).Min(top))))
 		ds := d.Mul(s)
 		dg := ds.Mul(u).Mul(one.Add(g.Mul(one.Sub(s))))
 		du := ds.Mul(g)

@@ -69,7 +69,11 @@ func TestSwiGLUKernels(t *testing.T) {
 				{"dgate", dg[i], d * u * s * (1 + g*(1-s)), math.Abs(d*u*s) * (1 + math.Abs(g*(1-s)))},
 				{"dup", du[i], d * g * s, math.Abs(d * g * s)},
 			} {
-				if math.Abs(float64(c.got)-c.want) > 1e-6*c.mag+1e-30 {
+				tol := 1e-6 * c.mag
+				if g64 < -88 { // the exponent clamped (expArgMax): only tiny, to 10⁻³⁵ a unit of u and d
+					tol = 1e-35 * (1 + math.Abs(u)) * (1 + math.Abs(d))
+				}
+				if math.Abs(float64(c.got)-c.want) > tol+1e-38 {
 					t.Fatalf("AVX2 %v: %s at g=%v u=%v d=%v: %v, float64 %v", avx2, c.name, g64, up[i], dAct[i], c.got, c.want)
 				}
 			}
@@ -97,12 +101,57 @@ func TestSwiGLUKernels(t *testing.T) {
 			}
 		}
 	}
-	// A NaN stays a NaN, in its own element only.
-	g, u := []float32{float32(math.NaN()), 1, -2}, []float32{1, 1, 1}
-	out := make([]float32, 3)
-	swiGLU(out, g, u)
-	if !math.IsNaN(float64(out[0])) || math.IsNaN(float64(out[1])) || math.IsNaN(float64(out[2])) {
-		t.Fatalf("silu(NaN, 1, -2) = %v", out)
+}
+
+// TestSwiGLUKernelsEdges: on each path, a NaN gate gives NaN in its own element only, forward
+// and backward, in the vector body and in the masked tail; and a negative gate gives a
+// negative silu all the way down to −92, past where exp16 alone would overflow to +Inf
+// (−88.38) and the quotient would be −0.
+func TestSwiGLUKernelsEdges(t *testing.T) {
+	if !hostKernels {
+		t.Skip("needs a CPU with AVX-512 or AVX2")
+	}
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	for _, avx2 := range []bool{false, true} {
+		if !avx2 && !hasAVX512 || avx2 && !hasAVX2 {
+			continue
+		}
+		useAVX2 = avx2
+		const n = 37 // two 16-lane blocks (four of 8) and a tail of 5
+		for _, at := range []int{3, 20, 35} {
+			gate, up, dAct := make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range gate {
+				gate[i], up[i], dAct[i] = float32(i%7)-3, 1, 1
+			}
+			gate[at] = float32(math.NaN())
+			out := make([]float32, n)
+			swiGLU(out, gate, up)
+			dg, du := slices.Clone(gate), slices.Clone(up)
+			swiGLUBack(dg, du, dAct)
+			for i := range n {
+				for _, v := range []float32{out[i], dg[i], du[i]} {
+					if math.IsNaN(float64(v)) != (i == at) {
+						t.Fatalf("AVX2 %v: NaN gate at %d: element %d is %v (forward %v, dgate %v, dup %v)", avx2, at, i, v, out[i], dg[i], du[i])
+					}
+				}
+			}
+		}
+		var gate []float32
+		for g := -92.0; g < 0; g += 0.25 {
+			gate = append(gate, float32(g))
+		}
+		up := make([]float32, len(gate))
+		for i := range up {
+			up[i] = 1
+		}
+		out := make([]float32, len(gate))
+		swiGLU(out, gate, up)
+		for i, g := range gate {
+			if !(out[i] < 0) {
+				t.Fatalf("AVX2 %v: silu(%v) = %v, want a negative number", avx2, g, out[i])
+			}
+		}
 	}
 }
 

@@ -165,9 +165,9 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 	T := off[len(caches)]
 
 	// cos and sin of every new row's angles at its own position: [T, D/2]. These buffers, and
-	// every product's result, come from the pool (Floats) and go back to it once read (the
-	// cache keeps copies of the keys and values): a prefill at the SmolLM2-135M shape
-	// otherwise leaves about 20 KB of garbage per token and layer.
+	// the products' results (the pool's where linearT and product made them, fresh from
+	// SetLinear's kernel or the portable loops), go back to the pool (PutFloats) once read (the
+	// cache keeps copies of the keys and values), for the next pass and the traces to reuse.
 	cos, sin := Floats(T*D/2), Floats(T*D/2)
 	x := Floats(T * H) // the residual stream, [T, H]; every row written just below
 	defer PutFloats(cos, sin, x)
@@ -297,9 +297,9 @@ var linearKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // CPUs); their sums run in another order, so logits differ from the portable loop's in the last
 // bits. Each row of f's result must depend on its own row of x only, computed the same way
 // whatever the other rows (NextBatch relies on it to give a batched sequence the bits it gets
-// alone). The result must be a fresh slice, which becomes the caller's (a trace gives it to
-// its buffer pool, Floats, when done with it). Set it before any forward pass runs, not
-// concurrently with one.
+// alone). The result must be a fresh slice, which becomes the caller's (the forward pass and
+// a trace give it to the buffer pool, PutFloats, when done with it). Set it before any
+// forward pass runs, not concurrently with one.
 func SetLinear(f func(x []float32, rows, in int, w []float32, out int) []float32) { linearKernel = f }
 
 // headKernel, when set by SetHead, computes the LM head's product.

@@ -164,7 +164,9 @@ func TestTracesFromThePool(t *testing.T) {
 // of every position, batched decode steps, one sequence stepping alone) with every buffer
 // pooled and poisoned (NaN) when given back, and checks every logit against the same calls
 // on fresh memory, bit for bit: a product's result given back while still read, or a buffer
-// read before it is written, would change them.
+// read before it is written, would change them. It runs the portable loops (agrl/learn's
+// kernels are tied to the loops' and to a lone sequence's bits by agrl/learn's
+// TestNextBatchHostKernels, without poisoning).
 func TestForwardFromThePool(t *testing.T) {
 	defer func(n int) { poolMin, poolPoison = n, false }(poolMin)
 	for _, c := range []struct {
