@@ -72,22 +72,6 @@ func expSumScalar(x []float32, shift float32) float32 {
 	return sum
 }
 
-// swiGLUScalar is swiGLU one element at a time, with exp32.
-func swiGLUScalar(out, gate, up []float32) {
-	for i, g := range gate {
-		out[i] = g / (1 + exp32(-g)) * up[i]
-	}
-}
-
-// swiGLUBackScalar is swiGLUBack one element at a time, with exp32.
-func swiGLUBackScalar(gate, up, dAct []float32) {
-	for i, g := range gate {
-		s := 1 / (1 + exp32(-g))
-		ds := dAct[i] * s
-		gate[i], up[i] = ds*up[i]*(1+g*(1-s)), ds*g
-	}
-}
-
 func reluScalar(x []float32) {
 	for j, v := range x {
 		x[j] = max(v, 0)

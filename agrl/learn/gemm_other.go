@@ -15,11 +15,6 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 // expSum replaces every x[j] by e^(x[j]−shift) and returns their sum.
 func expSum(x []float32, shift float32) float32 { return expSumScalar(x, shift) }
 
-// swiGLU and swiGLUBack are llm.SetSwiGLU's kernels (installed only where hostKernels).
-func swiGLU(out, gate, up []float32) { swiGLUScalar(out, gate, up) }
-
-func swiGLUBack(gate, up, dAct []float32) { swiGLUBackScalar(gate, up, dAct) }
-
 // reluRows replaces x by max(x, 0); reluGrad zeroes dx where the ReLU output u is not positive.
 func reluRows(x []float32) { reluScalar(x) }
 

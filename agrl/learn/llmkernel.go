@@ -29,8 +29,7 @@ func init() {
 		llm.SetMul(hostMul)
 		llm.SetTranspose(hostTranspose)
 		llm.SetExpSum(expSum)
-		llm.SetSwiGLU(swiGLU, swiGLUBack)
-	}
+	} // llm.SetSwiGLU's kernels install themselves (swiglu_simd.go)
 }
 
 // hostTranspose is llm.SetTranspose's kernel: transposeBlock over the cores.

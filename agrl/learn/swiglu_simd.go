@@ -2,21 +2,29 @@
 
 package learn
 
-import "simd/archsimd"
+import (
+	"simd/archsimd"
+
+	"agrl.dev/agrl/llm"
+)
+
+// The SwiGLU kernels exist in simd builds only, so they install themselves (the other
+// kernels: llmkernel.go).
+func init() {
+	if hostKernels {
+		llm.SetSwiGLU(swiGLU, swiGLUBack)
+	}
+}
 
 // swiGLU is llm.SetSwiGLU's forward kernel: out[i] = silu(g)·u = g/(1 + e^(−g))·u for g =
-// gate[i], u = up[i], in float32 with exp16's exponential, 16 lanes at a time; the elements past
-// the last 16 go through the same lanes, masked, so every element gets the same bits wherever
-// it lies in the slices (a row of a batch as alone). out may be gate. The exponent −g is
-// clamped at expArgMax, so a gate below −88.3, whose silu is under 10⁻³⁶, gives a
+// gate[i], u = up[i], in float32 with exp16's exponential, 16 lanes at a time; the elements
+// past the last 16 go through the same lanes, masked, so every element gets the same bits
+// wherever it lies in the slices (a row of a batch as alone). out may be gate. The exponent
+// −g is clamped at expArgMax, so a gate below −88.3, whose silu is under 10⁻³⁶, gives a
 // value that small rather than exp16's overflow.
 func swiGLU(out, gate, up []float32) {
-	if useAVX2 {
+	if useAVX2 || !hasAVX512 { // installed only where one of the two runs (hostKernels)
 		swiGLUAVX2(out, gate, up)
-		return
-	}
-	if !hasAVX512 {
-		swiGLUScalar(out, gate, up)
 		return
 	}
 	one, zero, top := archsimd.BroadcastFloat32x16(1), archsimd.Float32x16{}, archsimd.BroadcastFloat32x16(expArgMax)
@@ -35,15 +43,12 @@ func swiGLU(out, gate, up []float32) {
 }
 
 // swiGLUBack is llm.SetSwiGLU's backward kernel: with s = 1/(1 + e^(−g)) (exp16's exponential,
-// its argument clamped and the lanes as in swiGLU), gate[i] becomes d·u·s·(1 + g·(1 − s)) and up[i] becomes d·g·s, for
-// g = gate[i], u = up[i], d = dAct[i]: the gradients of silu(g)·u's inputs.
+// its argument clamped and the lanes as in swiGLU), gate[i] becomes d·u·s·(1 + g·(1 − s)) and
+// up[i] becomes d·g·s, for g = gate[i], u = up[i], d = dAct[i]: the gradients of silu(g)·u's
+// inputs.
 func swiGLUBack(gate, up, dAct []float32) {
-	if useAVX2 {
+	if useAVX2 || !hasAVX512 {
 		swiGLUBackAVX2(gate, up, dAct)
-		return
-	}
-	if !hasAVX512 {
-		swiGLUBackScalar(gate, up, dAct)
 		return
 	}
 	one, zero, top := archsimd.BroadcastFloat32x16(1), archsimd.Float32x16{}, archsimd.BroadcastFloat32x16(expArgMax)
