@@ -392,3 +392,58 @@ func TestLLMSteps(t *testing.T) {
 	k := float64(n - 2)
 	fmt.Printf("steps 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a step, %.1f tokens/s\n", n-1, wall/k, sys/k, float64(faults)/k, tokens*k/wall)
 }
+
+// TestLLMRollout times the pretrained path's sampling as a GRPO rollout does it, when
+// AGRL_BENCH_LLM names a shape (skipped otherwise): 8 episodes of one task of the toy add
+// environment (a group), played with the random-weight model on the host (prefill of the
+// shared prompt, then the group's decoding steps batched; actions capped at 48 tokens, 2
+// turns, a 1,024-token budget; the prompt takes 657 with the test tokenizer), round after round with a new seed (AGRL_BENCH_STEPS rounds, 6
+// by default). For each round it prints wall, user and system time, minor page faults and
+// generated tokens per second, then the means from the third round on: the way to see what a
+// change to the sampler's memory does (docs/performance.md, "Page faults of the pretrained
+// models' host step").
+func TestLLMRollout(t *testing.T) {
+	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
+	n := 6
+	if s := os.Getenv("AGRL_BENCH_STEPS"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 3 {
+			t.Fatalf("AGRL_BENCH_STEPS=%q: want a number of rounds, at least 3", s)
+		}
+		n = v
+	}
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := addEnv{maxTurns: 2}
+	tasks, err := agrl.NewMix(5).Tasks(env, agrl.Train, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks = slices.Repeat(tasks, 8)
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, MaxActionTokens: 48}, MaxTokens: 1024}
+	var wall, sys float64
+	var faults, gen int64
+	for i := range n {
+		opt.Sampling.Seed = uint64(i + 1)
+		var r0, r1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
+		start := time.Now()
+		_, st, err := p.Rollout(env, tasks, opt)
+		if err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+		w := time.Since(start).Seconds()
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
+		usr := time.Duration(r1.Utime.Nano() - r0.Utime.Nano()).Seconds()
+		s := time.Duration(r1.Stime.Nano() - r0.Stime.Nano()).Seconds()
+		f := int64(r1.Minflt - r0.Minflt)
+		fmt.Printf("round %d: wall %.2f s, user %.2f s, sys %.2f s, %d minor faults, %d generated, %.1f tokens/s\n", i, w, usr, s, f, st.Generated, float64(st.Generated)/w)
+		if i >= 2 {
+			wall, sys, faults, gen = wall+w, sys+s, faults+f, gen+int64(st.Generated)
+		}
+	}
+	k := float64(n - 2)
+	fmt.Printf("rounds 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a round, %.1f generated tokens/s\n", n-1, wall/k, sys/k, float64(faults)/k, float64(gen)/wall)
+}

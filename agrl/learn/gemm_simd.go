@@ -86,7 +86,11 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 		}
 	}
 	for ; i < m; i++ {
-		for j := 0; j < n; j += 16 {
+		j := 0
+		for ; j+64 <= n; j += 64 {
+			kernel1x64(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], load)
+		}
+		for ; j < n; j += 16 {
 			kernel1x16(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(16, n-j), load)
 		}
 	}
@@ -216,6 +220,28 @@ func kernel4xw(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float3
 	c1.StoreMasked((*[16]float32)(unsafe.Pointer(at(c, ldc))), mask)
 	c2.StoreMasked((*[16]float32)(unsafe.Pointer(at(c, 2*ldc))), mask)
 	c3.StoreMasked((*[16]float32)(unsafe.Pointer(at(c, 3*ldc))), mask)
+}
+
+// kernel1x64 computes one row of 64 columns of C: four accumulators, so that four chains of
+// multiply-adds are in flight where kernel1x16 waits on one (a decoding step's single rows:
+// its attention scores over the cached keys, their weighted sum of the values, and batch-1
+// projections).
+func kernel1x64(kk int, a []float32, ak int, b []float32, ldb int, c []float32, load bool) {
+	c0, c1, c2, c3 := loadC(at(c, 0), load), loadC(at(c, 16), load), loadC(at(c, 32), load), loadC(at(c, 48), load)
+	pa, pb := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(b))
+	sa, sb := uintptr(4*ak), uintptr(4*ldb)
+	for range kk {
+		x := archsimd.BroadcastFloat32x16(*(*float32)(pa))
+		c0 = archsimd.LoadFloat32x16((*[16]float32)(pb)).MulAdd(x, c0)
+		c1 = archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(pb, 64))).MulAdd(x, c1)
+		c2 = archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(pb, 128))).MulAdd(x, c2)
+		c3 = archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(pb, 192))).MulAdd(x, c3)
+		pa, pb = unsafe.Add(pa, sa), unsafe.Add(pb, sb)
+	}
+	store16(c0, at(c, 0))
+	store16(c1, at(c, 16))
+	store16(c2, at(c, 32))
+	store16(c3, at(c, 48))
 }
 
 // kernel1x16 computes one row of w <= 16 columns of C.

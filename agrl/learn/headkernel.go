@@ -1,6 +1,10 @@
 package learn
 
-import "runtime"
+import (
+	"runtime"
+
+	"agrl.dev/agrl/llm"
+)
 
 // The LM head of the pretrained models' host forward pass (llm.SetHead): the logits x·wᵀ for
 // the head (or the tied embeddings) w [vocab, hidden], read as it is. The other projections
@@ -23,9 +27,9 @@ import "runtime"
 // the last bits.
 
 // headNT is llm.SetHead's kernel: x [rows, in] times wᵀ for w [out, in], the outputs split
-// over the cores.
+// over the cores, into a buffer from llm's pool (the sampler gives its logits back there).
 func headNT(x []float32, rows, in int, w []float32, out int) []float32 {
-	y := make([]float32, rows*out)
+	y := llm.Floats(rows * out)
 	headNTInto(y, x, rows, in, w, out)
 	return y
 }

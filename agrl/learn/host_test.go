@@ -14,11 +14,13 @@ import (
 )
 
 // TestGemm checks the host kernels against a float64 product, in every layout the host trainer
-// uses (A row-major and transposed, strided B and C) and at shapes with every kind of tail.
+// uses (A row-major and transposed, strided B and C) and at shapes with every kind of tail,
+// and that each row of C has the same bits when it is the product's only row (the kernels for
+// blocks of 8 and 4 rows and for single rows run the same chains of multiply-adds).
 func TestGemm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	fill := func(n int) []float32 { return randNormals(rng, n) }
-	for _, sh := range [][3]int{{1, 1, 1}, {4, 32, 8}, {5, 37, 3}, {7, 16, 40}, {9, 33, 17}, {64, 211, 128}, {3, 15, 2}, {130, 384, 128}} {
+	for _, sh := range [][3]int{{1, 1, 1}, {4, 32, 8}, {5, 37, 3}, {7, 16, 40}, {9, 33, 17}, {64, 211, 128}, {3, 15, 2}, {130, 384, 128}, {1, 200, 70}, {11, 130, 5}, {2, 64, 600}} {
 		m, n, kk := sh[0], sh[1], sh[2]
 		for _, trans := range []bool{false, true} {
 			a := fill(m * kk)
@@ -54,6 +56,17 @@ func TestGemm(t *testing.T) {
 			for i, g := range got {
 				if d := math.Abs(float64(g - set[i])); d > 1e-4*(1+math.Abs(float64(set[i]))) {
 					t.Fatalf("%v trans %v: stored C[%d] = %v, want %v", sh, trans, i, g, set[i])
+				}
+			}
+			for _, add := range []bool{false, true} {
+				whole := append([]float32(nil), c...)
+				gemmK(m, n, kk, a, ai, ak, b, ldb, whole, ldc, add)
+				for i := range m {
+					row := append([]float32(nil), c[i*ldc:i*ldc+n]...)
+					gemmK(1, n, kk, a[i*ai:], ai, ak, b, ldb, row, n, add)
+					if !slices.Equal(row, whole[i*ldc:i*ldc+n]) {
+						t.Fatalf("%v trans %v add %v: row %d alone differs from its bits in the product", sh, trans, add, i)
+					}
 				}
 			}
 			for _, workers := range []int{1, 2} {

@@ -100,18 +100,30 @@ func (m *Model) check(c *Cache, ids []int32) error {
 // multiply-adds, whatever the other rows), and attention runs per sequence. Every cache must
 // be distinct and each (cache, ids) valid as for Next; on an error no cache is changed.
 func (m *Model) NextBatch(caches []*Cache, ids [][]int32) ([][]float32, error) {
-	if len(caches) != len(ids) {
-		return nil, fmt.Errorf("llm: NextBatch: %d caches for %d id lists", len(caches), len(ids))
-	}
-	rows, err := m.forwardMany(caches, ids, true)
+	flat, err := m.NextBatchFlat(caches, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make([][]float32, len(rows))
-	for i, r := range rows {
-		out[i] = r[0]
+	V := m.cfg.VocabSize
+	out := make([][]float32, len(caches))
+	for i := range out {
+		out[i] = flat[i*V : (i+1)*V : (i+1)*V]
 	}
 	return out, nil
+}
+
+// NextBatchFlat is NextBatch with the logits in one buffer, [len(caches), vocab]: sequence
+// i's are flat[i·vocab : (i+1)·vocab]. The buffer comes from the pool that the forward pass
+// takes its working memory from (Floats): a caller that decodes step after step gives it back
+// with PutFloats once it reads none of the logits any more, and a later step then writes its
+// logits there instead of in fresh memory (at a real shape and batch 8, 1.5 MB a step, which
+// would otherwise be nearly all of decoding's garbage).
+func (m *Model) NextBatchFlat(caches []*Cache, ids [][]int32) ([]float32, error) {
+	if len(caches) != len(ids) {
+		return nil, fmt.Errorf("llm: NextBatch: %d caches for %d id lists", len(caches), len(ids))
+	}
+	flat, _, err := m.forwardFlat(caches, ids, true)
+	return flat, err
 }
 
 // StepBatch is Step for several sequences at once: it appends ids[i] to caches[i] and returns,
@@ -140,16 +152,33 @@ func (m *Model) forward(c *Cache, ids []int32, lastOnly bool) ([][]float32, erro
 // products and the norms (which treat every row on its own), while RoPE takes each row's own
 // position and attention each sequence's own cache. It returns each sequence's logit rows.
 func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][][]float32, error) {
+	flat, heads, err := m.forwardFlat(caches, ids, lastOnly)
+	if err != nil {
+		return nil, err
+	}
+	V := m.cfg.VocabSize
+	out := make([][][]float32, len(caches))
+	for i := range caches {
+		for r := heads[i]; r < heads[i+1]; r++ {
+			out[i] = append(out[i], flat[r*V:(r+1)*V:(r+1)*V])
+		}
+	}
+	return out, nil
+}
+
+// forwardFlat is forwardMany with the logits as they come from the LM head: one buffer of
+// rows, [heads[len(caches)], vocab], sequence i's rows [heads[i], heads[i+1]).
+func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat []float32, heads []int, err error) {
 	for i, c := range caches {
 		if err := m.check(c, ids[i]); err != nil {
 			if len(caches) > 1 {
 				err = fmt.Errorf("sequence %d: %w", i, err)
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		for _, d := range caches[:i] {
 			if d == c {
-				return nil, fmt.Errorf("llm: sequence %d: its cache is also sequence %d's", i, slices.Index(caches, c))
+				return nil, nil, fmt.Errorf("llm: sequence %d: its cache is also sequence %d's", i, slices.Index(caches, c))
 			}
 		}
 	}
@@ -224,29 +253,19 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 	}
 
 	// The LM head, over the rows asked for: every row, or each sequence's last.
-	var last []float32
-	heads := make([]int, len(caches)+1) // sequence i's logit rows are [heads[i], heads[i+1])
+	last := x
+	heads = make([]int, len(caches)+1) // sequence i's logit rows are [heads[i], heads[i+1])
 	if lastOnly {
-		last = make([]float32, len(caches)*H)
+		last = h[:len(caches)*H] // h is free now, and holds T ≥ len(caches) rows
 		for i := range caches {
 			copy(last[i*H:(i+1)*H], x[(off[i+1]-1)*H:off[i+1]*H])
 			heads[i+1] = i + 1
 		}
 	} else {
-		last = x
 		copy(heads, off)
 	}
-	n := len(last) / H
 	rmsNorm(last, last, root.norm, H, eps)
-	V := cfg.VocabSize
-	flat := headProduct(last, n, H, root.head, V)
-	out := make([][][]float32, len(caches))
-	for i := range caches {
-		for r := heads[i]; r < heads[i+1]; r++ {
-			out[i] = append(out[i], flat[r*V:(r+1)*V:(r+1)*V])
-		}
-	}
-	return out, nil
+	return headProduct(last, len(last)/H, H, root.head, cfg.VocabSize), heads, nil
 }
 
 // eachSequence runs f(0) … f(n-1), over up to GOMAXPROCS goroutines when there are several.
@@ -309,9 +328,11 @@ var headKernel func(x []float32, rows, in int, w []float32, out int) []float32
 // embeddings w [vocab, hidden]), in place of SetLinear's kernel: f reads w as it is and keeps
 // no copy of it (the head is the model's largest matrix: a transposed copy for SetLinear's
 // kernels was 0.62 GB at the Qwen3-0.6B shape). Each row of the result must depend on its own
-// row of x only, computed the same way whatever the other rows. nil restores product
-// (SetProduct's kernel, or the portable loop), which keeps no copy either. agrl/learn
-// installs its vector kernel with it; set it before any forward pass runs.
+// row of x only, computed the same way whatever the other rows. The result must be a fresh
+// slice, which becomes the caller's; taken from Floats, a decoder's logits reuse the memory of
+// those it gave back (NextBatchFlat). nil restores product (SetProduct's kernel, or the
+// portable loop), which keeps no copy either. agrl/learn installs its vector kernel with it;
+// set it before any forward pass runs.
 func SetHead(f func(x []float32, rows, in int, w []float32, out int) []float32) { headKernel = f }
 
 // headProduct is the LM head's x·wᵀ: SetHead's kernel, or product (never a kept copy).
@@ -424,7 +445,7 @@ func linearLoopT(x []float32, rows, in int, wt []float32, out int, b []float32) 
 
 // linearLoop is linear with the portable loop.
 func linearLoop(x []float32, rows, in int, w []float32, out int, b []float32) []float32 {
-	y := make([]float32, rows*out)
+	y := Floats(rows * out) // every element written below
 	for r := range rows {
 		xr, yr := x[r*in:(r+1)*in], y[r*out:(r+1)*out]
 		for o := range out {

@@ -26,6 +26,16 @@ var poolMin = 4096
 // reading a buffer before writing it, or after giving it back, shows in its results.
 var poolPoison bool
 
+// PoolForTests sets, for other packages' tests of what they give back, the smallest length
+// pooled (at least 16; 1<<40 pools nothing) and whether PutFloats poisons what it takes back
+// with NaNs, so that a buffer read after it was given back shows in their results; restore
+// puts the previous settings back. Not for use while anything else calls Floats or PutFloats.
+func PoolForTests(min int, poison bool) (restore func()) {
+	m, p := poolMin, poolPoison
+	poolMin, poolPoison = max(min, 16), poison
+	return func() { poolMin, poolPoison = m, p }
+}
+
 // floatPools holds the buffers of each size class (floatClass).
 var floatPools [8 * 64]sync.Pool
 

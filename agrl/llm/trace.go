@@ -603,6 +603,18 @@ var attnBlock = 128
 // over the positions it sees, as the forward kernels (SetAttention's) and the backward pass
 // compute them, the exponentials through the SetExpSum kernel.
 func Softmax(x []float32, scale float32) {
+	if softmaxKernel != nil {
+		softmaxKernel(x, scale)
+		return
+	}
+	SoftmaxLoop(x, scale)
+}
+
+// SoftmaxLoop is Softmax without SetSoftmax's kernel (but with SetExpSum's): the portable
+// steps whose bits that kernel must give. Each element is scaled (one float32 product), the
+// largest scaled value is the exponentials' shift, and each exponential is divided by their
+// sum (one float32 division).
+func SoftmaxLoop(x []float32, scale float32) {
 	mx := float32(math.Inf(-1))
 	for j, v := range x {
 		x[j] = v * scale
@@ -628,6 +640,13 @@ func expSumLoop(x []float32, shift float32) float32 {
 	}
 	return sum
 }
+
+// softmaxKernel, when set by SetSoftmax, computes Softmax.
+var softmaxKernel func(x []float32, scale float32)
+
+// SetSoftmax installs f for Softmax: f(x, scale) must leave in x the bits SoftmaxLoop does
+// (the same products, shift, exponentials and divisions, on vectors). nil restores the loop.
+func SetSoftmax(f func(x []float32, scale float32)) { softmaxKernel = f }
 
 // expSumKernel, when set by SetExpSum, computes expSumLoop.
 var expSumKernel func(x []float32, shift float32) float32

@@ -41,6 +41,8 @@ type hostSeq struct{ c *llm.Cache }
 
 func (d hostDecoder) NewSeq() Seq { return &hostSeq{d.m.NewCache()} }
 
+// NextBatch returns the rows of llm.Model.NextBatchFlat's buffer: row 0 is its start, with
+// the whole buffer's capacity, so that recycle can give it back.
 func (d hostDecoder) NextBatch(seqs []Seq, ids [][]int32) ([][]float32, error) {
 	caches := make([]*llm.Cache, len(seqs))
 	for i, s := range seqs {
@@ -50,7 +52,31 @@ func (d hostDecoder) NextBatch(seqs []Seq, ids [][]int32) ([][]float32, error) {
 		}
 		caches[i] = hs.c
 	}
-	return d.m.NextBatch(caches, ids)
+	flat, err := d.m.NextBatchFlat(caches, ids)
+	if err != nil {
+		return nil, err
+	}
+	V := d.m.Config().VocabSize
+	rows := make([][]float32, len(seqs))
+	rows[0] = flat[:V]
+	for i := 1; i < len(rows); i++ {
+		rows[i] = flat[i*V : (i+1)*V : (i+1)*V]
+	}
+	return rows, nil
+}
+
+// recycle gives the buffer of one NextBatch call's logits back to llm's pool.
+func (d hostDecoder) recycle(logits [][]float32) {
+	if len(logits) > 0 {
+		llm.PutFloats(logits[0][:cap(logits[0])])
+	}
+}
+
+// recycler is a Decoder whose logits' memory can serve a later call: the rollout's batcher
+// calls recycle with a NextBatch call's whole result once it reads none of its rows any more
+// (and never again afterwards).
+type recycler interface {
+	recycle(logits [][]float32)
 }
 
 func (s *hostSeq) Len() int   { return s.c.Len() }

@@ -105,6 +105,7 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 	}()
 	if ds, batched := r.order[0].s.(decStream); batched {
 		r.batch = &batcher{d: ds.d}
+		defer r.batch.done() // after every worker has stopped (parallel waits for them)
 		if err := r.prefillBatched(); err != nil {
 			return nil, st, err
 		}
@@ -325,6 +326,7 @@ func (r *run) prefillBatched() error {
 		if err != nil {
 			return fmt.Errorf("agent: %w", err)
 		}
+		r.batch.prefilled = append(r.batch.prefilled, logits)
 		for j, pf := range r.order[lo:hi] {
 			pf.logits = logits[j]
 		}
@@ -340,11 +342,21 @@ func (r *run) prefillBatched() error {
 // playing), the steps run together, in episode order, as one Decoder.NextBatch — by the
 // goroutine whose arrival (or leaving) completed the batch. Each sequence's logits are those
 // it would get alone, so batching changes the speed of a rollout, never its episodes.
+//
+// A batch runs only once every playing goroutine has handed in its next step (or left), so
+// none reads the logits of the batch before any more: with a decoder that recycles its logits'
+// memory (the host's), each batch gives the previous one's back for itself to use.
 type batcher struct {
 	d       Decoder
 	mu      sync.Mutex
 	active  int     // goroutines playing, each with at most one step pending
 	pending []*step // the steps handed in since the last batch
+	// spent is the last batch's logits, to recycle when the next batch runs (only run touches
+	// it, and batches run one after another) or when the rollout ends (done).
+	spent [][]float32
+	// prefilled holds the prompts' logits (prefillBatched's calls), recycled when the rollout
+	// ends: every episode of a prompt starts from its logits.
+	prefilled [][][]float32
 }
 
 // step is one episode's step waiting in a batch.
@@ -406,7 +418,11 @@ func (b *batcher) run(steps []*step) {
 	for i, st := range steps {
 		seqs[i], ids[i] = st.s, st.ids
 	}
+	if rc, ok := b.d.(recycler); ok && b.spent != nil {
+		rc.recycle(b.spent)
+	}
 	logits, err := b.d.NextBatch(seqs, ids)
+	b.spent = logits
 	for i, st := range steps {
 		if err == nil {
 			st.logits = logits[i]
@@ -414,6 +430,18 @@ func (b *batcher) run(steps []*step) {
 		st.err = err
 		close(st.done)
 	}
+}
+
+// done recycles the logits still held once no episode plays any more.
+func (b *batcher) done() {
+	if rc, ok := b.d.(recycler); ok {
+		for _, l := range append(b.prefilled, b.spent) {
+			if l != nil {
+				rc.recycle(l)
+			}
+		}
+	}
+	b.spent, b.prefilled = nil, nil
 }
 
 // act records one action on the turn loop: the loop steps the environment, counts invalid

@@ -402,3 +402,37 @@ func TestTokenBudget(t *testing.T) {
 		t.Error("a prompt that fills the budget was accepted")
 	}
 }
+
+// A batched rollout gives each batch's logits back to llm's pool once no episode reads them
+// (batcher.spent; the next batch writes its logits there), and the prompts' logits when it
+// ends. With every buffer pooled and poisoned (NaN) when given back, the episodes are bit for
+// bit those of a rollout on fresh memory: logits given back while an episode still draws from
+// them would change them, or fail it (NaN logits).
+func TestRolloutRecyclesLogits(t *testing.T) {
+	env := calc.New().Turns(3)
+	tasks := []agrl.Task{mustTask(t, "6*7"), mustTask(t, "9-4"), mustTask(t, "6*7"), mustTask(t, "12+30"), mustTask(t, "9-4")}
+	p := loadPolicy(t, hf.Qwen3, nil)
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, Seed: 5, MaxActionTokens: 10}}
+	restore := llm.PoolForTests(1<<40, false) // nothing pooled
+	want, _, err := p.Rollout(env, tasks, opt)
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer llm.PoolForTests(16, true)()
+	for _, workers := range []int{0, 2} {
+		q := p
+		if workers > 0 {
+			q = p.Workers(workers)
+		}
+		for round := range 2 { // the second round takes the first's recycled buffers
+			got, _, err := q.Rollout(env, tasks, opt)
+			if err != nil {
+				t.Fatalf("workers %d, round %d: %v", workers, round, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("workers %d, round %d: the episodes differ from those on fresh memory", workers, round)
+			}
+		}
+	}
+}

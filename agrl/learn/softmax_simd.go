@@ -1,0 +1,73 @@
+//go:build amd64 && goexperiment.simd
+
+package learn
+
+import (
+	"math"
+	"simd/archsimd"
+	"slices"
+
+	"agrl.dev/agrl/llm"
+)
+
+// The attention's softmax (llm.Softmax: the host forward pass's, a decoding step's over every
+// cached position, and the backward pass's) on AVX-512 vectors; it exists in simd builds only,
+// so it installs itself (the other kernels: llmkernel.go).
+func init() {
+	if hostKernels {
+		llm.SetSoftmax(softmaxRow)
+	}
+}
+
+// softmaxRow is llm.SetSoftmax's kernel: llm.SoftmaxLoop's steps with the scaling, the largest
+// value and the divisions 16 lanes at a time, and the exponentials through expSum as there.
+// The products and divisions are the same IEEE operations one element at a time, and the
+// largest value is the same whatever the order it is found in, so the bits are
+// llm.SoftmaxLoop's; elements past the last 16 go one at a time. VMAXPS drops a NaN that Go's
+// max keeps, so where a value is NaN or infinite (rare: those give NaN weights, or weight 0 for
+// −∞, as in the loop) the shift is found again one value at a time.
+func softmaxRow(x []float32, scale float32) {
+	if useAVX2 || !hasAVX512 {
+		llm.SoftmaxLoop(x, scale)
+		return
+	}
+	n := len(x)
+	sc := archsimd.BroadcastFloat32x16(scale)
+	mv := archsimd.BroadcastFloat32x16(float32(math.Inf(-1)))
+	var odd archsimd.Float32x16 // v − v summed: NaN where some value is NaN or infinite
+	j := 0
+	for ; j+16 <= n; j += 16 {
+		v := archsimd.LoadFloat32x16Slice(x[j : j+16]).Mul(sc)
+		v.StoreSlice(x[j : j+16])
+		mv = mv.Max(v)
+		odd = odd.Add(v.Sub(v))
+	}
+	var lanes, oddLanes [16]float32
+	mv.Store(&lanes)
+	odd.Store(&oddLanes)
+	clearUpper16()
+	mx := float32(math.Inf(-1))
+	for _, v := range lanes {
+		mx = max(mx, v)
+	}
+	if slices.ContainsFunc(oddLanes[:], func(v float32) bool { return v != v }) {
+		// VMAXPS drops a NaN that Go's max keeps: the loop's shift, one value at a time.
+		mx = float32(math.Inf(-1))
+		for _, v := range x[:j] {
+			mx = max(mx, v)
+		}
+	}
+	for k := j; k < n; k++ {
+		x[k] *= scale
+		mx = max(mx, x[k])
+	}
+	sum := expSum(x, mx)
+	sv := archsimd.BroadcastFloat32x16(sum)
+	for j = 0; j+16 <= n; j += 16 {
+		archsimd.LoadFloat32x16Slice(x[j : j+16]).Div(sv).StoreSlice(x[j : j+16])
+	}
+	clearUpper16()
+	for k := j; k < n; k++ {
+		x[k] /= sum
+	}
+}
