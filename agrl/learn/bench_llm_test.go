@@ -397,11 +397,11 @@ func TestLLMSteps(t *testing.T) {
 // AGRL_BENCH_LLM names a shape (skipped otherwise): 8 episodes of one task of the toy add
 // environment (a group), played with the random-weight model on the host (prefill of the
 // shared prompt, then the group's decoding steps batched; actions capped at 48 tokens, 2
-// turns, a 1,024-token budget; the prompt takes 657 with the test tokenizer), round after round with a new seed (AGRL_BENCH_STEPS rounds, 6
-// by default). For each round it prints wall, user and system time, minor page faults and
-// generated tokens per second, then the means from the third round on: the way to see what a
-// change to the sampler's memory does (docs/performance.md, "Page faults of the pretrained
-// models' host step").
+// turns, a 1,024-token budget; the prompt takes 657 with the test tokenizer), round after
+// round with a new seed (AGRL_BENCH_STEPS rounds, 6 by default). For each round it prints
+// wall, user and system time, minor page faults and generated tokens per second, then the
+// means from the third round on: the way to see what a change to the sampler does
+// (docs/llm.md, "Decoding at a rollout's lengths").
 func TestLLMRollout(t *testing.T) {
 	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
 	n := 6

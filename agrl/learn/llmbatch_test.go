@@ -2,12 +2,14 @@ package learn
 
 import (
 	"math"
+	"reflect"
 	"runtime"
 	"slices"
 	"testing"
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/llm"
+	"agrl.dev/agrl/llm/agent"
 	"agrl.dev/envs/calc"
 )
 
@@ -65,6 +67,48 @@ func TestNextBatchHostKernels(t *testing.T) {
 					t.Fatalf("batch of %d, round %d, sequence %d: NextBatch's logits differ from Next's", width, round, i)
 				}
 				feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
+			}
+		}
+	}
+}
+
+// TestRolloutFromThePool is agrl/llm/agent's TestRolloutRecyclesLogits with this package's
+// kernels installed (the LM head's headNT makes the logits the rollout gives back): with every
+// buffer pooled and poisoned (NaN) when given back, a pretrained policy's batched rollout plays
+// the episodes it plays on fresh memory, bit for bit, twice (the second on the first's
+// buffers), with every episode playing at once and on two workers (episodes that start later
+// read their prompt's logits after batches have run).
+func TestRolloutFromThePool(t *testing.T) {
+	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := p.Agent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := calc.New()
+	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := append(slices.Repeat(tasks[:1], 3), slices.Repeat(tasks[1:], 3)...)
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, Seed: 4, MaxActionTokens: 12}, Limits: agrl.Limits{MaxTurns: 3}}
+	restore := llm.PoolForTests(1<<40, false) // nothing pooled
+	want, _, err := pol.Rollout(env, group, opt)
+	restore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer llm.PoolForTests(16, true)()
+	for _, q := range []*agent.Policy{pol, pol.Workers(2)} { // all at once; episodes starting later
+		for round := range 2 {
+			got, _, err := q.Rollout(env, group, opt)
+			if err != nil {
+				t.Fatalf("round %d: %v", round, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("round %d: the episodes differ from those on fresh memory", round)
 			}
 		}
 	}

@@ -20,12 +20,14 @@ func init() {
 }
 
 // softmaxRow is llm.SetSoftmax's kernel: llm.SoftmaxLoop's steps with the scaling, the largest
-// value and the divisions 16 lanes at a time, and the exponentials through expSum as there.
-// The products and divisions are the same IEEE operations one element at a time, and the
-// largest value is the same whatever the order it is found in, so the bits are
-// llm.SoftmaxLoop's; elements past the last 16 go one at a time. VMAXPS drops a NaN that Go's
-// max keeps, so where a value is NaN or infinite (rare: those give NaN weights, or weight 0 for
-// −∞, as in the loop) the shift is found again one value at a time.
+// value and the divisions 16 lanes at a time, and the exponentials through llm.ExpSum as
+// there. The products and divisions are the same IEEE operations one element at a time, and
+// the largest value is the same whatever the order it is found in, so the bits are
+// llm.SoftmaxLoop's; elements past the last 16 go one at a time. Two cases differ from Go's
+// max: VMAXPS returns its second operand on ±0 where max prefers +0 (the shift is subtracted,
+// and x − (±0) differ only for x = ±0, whose exponentials are both 1), and it drops a NaN that
+// max keeps, so where a value is NaN or infinite (rare: those give NaN weights, or weight 0
+// for −∞, as in the loop) the shift is found again one value at a time.
 func softmaxRow(x []float32, scale float32) {
 	if useAVX2 || !hasAVX512 {
 		llm.SoftmaxLoop(x, scale)
@@ -61,7 +63,7 @@ func softmaxRow(x []float32, scale float32) {
 		x[k] *= scale
 		mx = max(mx, x[k])
 	}
-	sum := expSum(x, mx)
+	sum := llm.ExpSum(x, mx) // SetExpSum's kernel, as in the loop
 	sv := archsimd.BroadcastFloat32x16(sum)
 	for j = 0; j+16 <= n; j += 16 {
 		archsimd.LoadFloat32x16Slice(x[j : j+16]).Div(sv).StoreSlice(x[j : j+16])

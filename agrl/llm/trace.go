@@ -620,15 +620,15 @@ func SoftmaxLoop(x []float32, scale float32) {
 		x[j] = v * scale
 		mx = max(mx, x[j])
 	}
-	sum := expSumLoop(x, mx)
+	sum := ExpSum(x, mx)
 	for j := range x {
 		x[j] /= sum
 	}
 }
 
-// expSumLoop replaces each x by exp(x − shift) and returns their sum: the installed kernel
-// (SetExpSum) or the portable loop.
-func expSumLoop(x []float32, shift float32) float32 {
+// ExpSum replaces each x by exp(x − shift) and returns their sum: the installed kernel
+// (SetExpSum) or the portable loop (a SetSoftmax kernel calls it, as SoftmaxLoop does).
+func ExpSum(x []float32, shift float32) float32 {
 	if expSumKernel != nil {
 		return expSumKernel(x, shift)
 	}
@@ -648,7 +648,7 @@ var softmaxKernel func(x []float32, scale float32)
 // (the same products, shift, exponentials and divisions, on vectors). nil restores the loop.
 func SetSoftmax(f func(x []float32, scale float32)) { softmaxKernel = f }
 
-// expSumKernel, when set by SetExpSum, computes expSumLoop.
+// expSumKernel, when set by SetExpSum, computes ExpSum.
 var expSumKernel func(x []float32, shift float32) float32
 
 // SetExpSum installs f for the backward pass's softmax: f(x, shift) replaces each element of x

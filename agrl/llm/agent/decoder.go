@@ -33,7 +33,7 @@ type Seq interface {
 	Release()
 }
 
-// hostDecoder decodes with an agrl/llm model on the host (llm.Model.NextBatch).
+// hostDecoder decodes with an agrl/llm model on the host (llm.Model.NextBatchFlat).
 type hostDecoder struct{ m *llm.Model }
 
 // hostSeq is a host model's KV cache.
@@ -51,6 +51,9 @@ func (d hostDecoder) NextBatch(seqs []Seq, ids [][]int32) ([][]float32, error) {
 			return nil, errors.New("agent: a sequence of another decoder, or released, passed to the host decoder")
 		}
 		caches[i] = hs.c
+	}
+	if len(seqs) == 0 {
+		return nil, nil
 	}
 	flat, err := d.m.NextBatchFlat(caches, ids)
 	if err != nil {

@@ -43,7 +43,7 @@ import (
 // depend on how many run at once. Tasks with the same prompt share its forward pass (the KV
 // cache is cloned), which is what G samples of one task cost. The episodes being played
 // advance together: each round, the next step of every one (a sampled id, or an observation)
-// goes through the model as one batch (the policy's Decoder; on the host llm.Model.NextBatch:
+// goes through the model as one batch (the policy's Decoder; on the host llm.Model.NextBatchFlat:
 // one pass over the weights for all of them, each getting the bits it would get alone), and
 // so do the distinct prompts.
 //
