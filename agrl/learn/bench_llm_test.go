@@ -326,6 +326,21 @@ func writeTestModel(t *testing.T, dir string, cfg hf.Config, seed uint64) {
 	}
 }
 
+// benchSteps is AGRL_BENCH_STEPS, how many steps (or rounds) TestLLMSteps and TestLLMRollout
+// time, at least 3; def when it is unset.
+func benchSteps(t *testing.T, def int) int {
+	t.Helper()
+	s := os.Getenv("AGRL_BENCH_STEPS")
+	if s == "" {
+		return def
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 3 {
+		t.Fatalf("AGRL_BENCH_STEPS=%q: want a number of steps, at least 3", s)
+	}
+	return n
+}
+
 func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
 
 func sortFloats(x []float64) {
@@ -348,14 +363,7 @@ func sortFloats(x []float64) {
 func TestLLMSteps(t *testing.T) {
 	_, cfg, dir := benchShape(t, "AGRL_BENCH_LLM")
 	const batch, seqLen = 4, 256
-	n := 10
-	if s := os.Getenv("AGRL_BENCH_STEPS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 3 {
-			t.Fatalf("AGRL_BENCH_STEPS=%q: want a number of steps, at least 3", s)
-		}
-		n = v
-	}
+	n := benchSteps(t, 10)
 	spec := agrl.Pretrained(dir).LoRA(16, 32).MicroBatch(batch)
 	if os.Getenv("AGRL_BENCH_FULL") == "1" {
 		spec = spec.Full()
@@ -404,14 +412,7 @@ func TestLLMSteps(t *testing.T) {
 // (docs/llm.md, "Decoding at a rollout's lengths").
 func TestLLMRollout(t *testing.T) {
 	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
-	n := 6
-	if s := os.Getenv("AGRL_BENCH_STEPS"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 3 {
-			t.Fatalf("AGRL_BENCH_STEPS=%q: want a number of rounds, at least 3", s)
-		}
-		n = v
-	}
+	n := benchSteps(t, 6)
 	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
 	if err != nil {
 		t.Fatal(err)

@@ -79,14 +79,7 @@ func TestNextBatchHostKernels(t *testing.T) {
 // buffers), with every episode playing at once and on two workers (episodes that start later
 // read their prompt's logits after batches have run).
 func TestRolloutFromThePool(t *testing.T) {
-	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := p.Agent()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := tinyQwen3Agent(t)
 	env := calc.New()
 	tasks, err := agrl.NewMix(4).Tasks(env, agrl.Dev, 2)
 	if err != nil {
@@ -114,11 +107,10 @@ func TestRolloutFromThePool(t *testing.T) {
 	}
 }
 
-// TestBatchedRolloutSameEpisodes: a pretrained policy's rollout of a group (its steps run as
-// one batch) plays exactly the episodes it plays one episode at a time (Workers(1)): the same
-// ids, log-probs and turns. (Both batch the distinct prompts' prefill; that a batched prompt
-// gets Next's bits is TestNextBatch's and TestNextBatchHostKernels'.)
-func TestBatchedRolloutSameEpisodes(t *testing.T) {
+// tinyQwen3Agent is the tiny Qwen3 checkpoint's policy with LoRA adapters (rank 4, seed 5)
+// as an agent.
+func tinyQwen3Agent(t *testing.T) *agent.Policy {
+	t.Helper()
 	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)).LoRA(4, 8), 5)
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +119,15 @@ func TestBatchedRolloutSameEpisodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pol
+}
+
+// TestBatchedRolloutSameEpisodes: a pretrained policy's rollout of a group (its steps run as
+// one batch) plays exactly the episodes it plays one episode at a time (Workers(1)): the same
+// ids, log-probs and turns. (Both batch the distinct prompts' prefill; that a batched prompt
+// gets Next's bits is TestNextBatch's and TestNextBatchHostKernels'.)
+func TestBatchedRolloutSameEpisodes(t *testing.T) {
+	pol := tinyQwen3Agent(t)
 	env := calc.New()
 	tasks, err := agrl.NewMix(3).Tasks(env, agrl.Dev, 3)
 	if err != nil {
