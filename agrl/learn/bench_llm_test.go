@@ -378,27 +378,39 @@ func TestLLMSteps(t *testing.T) {
 	}
 	b := benchGRPOBatch(rand.New(rand.NewPCG(1, 2)), cfg.VocabSize, slices.Repeat([]int{seqLen}, batch))
 	tokens := float64(batch * (seqLen - 1))
-	var wall, sys float64
+	timeRuns(t, "step", n, func(int) (float64, error) {
+		_, err := l.Step(b)
+		return tokens, err
+	})
+}
+
+// timeRuns runs run(0) … run(n−1), each returning the tokens it made, and prints for each its
+// wall, user and system time (getrusage), minor page faults and tokens per second, then the
+// means from the third on (the first runs of a process fault in the heap's pages).
+func timeRuns(t *testing.T, what string, n int, run func(i int) (float64, error)) {
+	t.Helper()
+	var wall, sys, tokens float64
 	var faults int64
 	for i := range n {
 		var r0, r1 syscall.Rusage
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
 		start := time.Now()
-		if _, err := l.Step(b); err != nil {
-			t.Fatalf("step %d: %v", i, err)
+		tok, err := run(i)
+		if err != nil {
+			t.Fatalf("%s %d: %v", what, i, err)
 		}
 		w := time.Since(start).Seconds()
 		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
 		usr := time.Duration(r1.Utime.Nano() - r0.Utime.Nano()).Seconds()
 		s := time.Duration(r1.Stime.Nano() - r0.Stime.Nano()).Seconds()
 		f := int64(r1.Minflt - r0.Minflt)
-		fmt.Printf("step %d: wall %.2f s, user %.2f s, sys %.2f s, %d minor faults, %.1f tokens/s\n", i, w, usr, s, f, tokens/w)
+		fmt.Printf("%s %d: wall %.2f s, user %.2f s, sys %.2f s, %d minor faults, %.1f tokens/s\n", what, i, w, usr, s, f, tok/w)
 		if i >= 2 {
-			wall, sys, faults = wall+w, sys+s, faults+f
+			wall, sys, faults, tokens = wall+w, sys+s, faults+f, tokens+tok
 		}
 	}
 	k := float64(n - 2)
-	fmt.Printf("steps 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a step, %.1f tokens/s\n", n-1, wall/k, sys/k, float64(faults)/k, tokens*k/wall)
+	fmt.Printf("%ss 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a %s, %.1f tokens/s\n", what, n-1, wall/k, sys/k, float64(faults)/k, what, tokens/wall)
 }
 
 // TestLLMRollout times the pretrained path's sampling as a GRPO rollout does it, when
@@ -424,27 +436,9 @@ func TestLLMRollout(t *testing.T) {
 	}
 	tasks = slices.Repeat(tasks, 8)
 	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, MaxActionTokens: 48}, MaxTokens: 1024}
-	var wall, sys float64
-	var faults, gen int64
-	for i := range n {
+	timeRuns(t, "round", n, func(i int) (float64, error) {
 		opt.Sampling.Seed = uint64(i + 1)
-		var r0, r1 syscall.Rusage
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r0)
-		start := time.Now()
 		_, st, err := p.Rollout(env, tasks, opt)
-		if err != nil {
-			t.Fatalf("round %d: %v", i, err)
-		}
-		w := time.Since(start).Seconds()
-		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &r1)
-		usr := time.Duration(r1.Utime.Nano() - r0.Utime.Nano()).Seconds()
-		s := time.Duration(r1.Stime.Nano() - r0.Stime.Nano()).Seconds()
-		f := int64(r1.Minflt - r0.Minflt)
-		fmt.Printf("round %d: wall %.2f s, user %.2f s, sys %.2f s, %d minor faults, %d generated, %.1f tokens/s\n", i, w, usr, s, f, st.Generated, float64(st.Generated)/w)
-		if i >= 2 {
-			wall, sys, faults, gen = wall+w, sys+s, faults+f, gen+int64(st.Generated)
-		}
-	}
-	k := float64(n - 2)
-	fmt.Printf("rounds 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a round, %.1f generated tokens/s\n", n-1, wall/k, sys/k, float64(faults)/k, float64(gen)/wall)
+		return float64(st.Generated), err
+	})
 }
