@@ -106,29 +106,42 @@ func productTInto(y, x []float32, rows, in int, wt []float32, out int) {
 }
 
 // hostAttend is llm.SetAttention's kernel: causal grouped-query attention as matrix products
-// on the host kernels. For each key-value head its keys are laid out transposed, [D, n] (n =
-// start+T positions; transposeBlock, 16×16 tiles in registers: an element-by-element loop
-// there was a fifth of a rollout's CPU time at 700 positions, a decoding step transposing every
-// cached key), once for the query heads that share it; the queries then go in tiles of
-// rows, so that the scores take at most attnTile values whatever the prompt's length: a tile's
-// scores are S = q·Kᵀ·(1/√D) over the positions its last row sees (one product), each row's
-// visible positions go through the vector exp (expSum) and are divided by their sum, the rest
-// weigh 0, and the tile's result is S·V (one product over the values as the cache holds them).
-// Each call computes from its own arguments only, single-threaded except that a long prompt's
-// heads are spread over the cores; its scratch comes from a pool.
-func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
+// on the host kernels, over the keys as the cache holds them, transposed (kt: key-value head
+// kh's are [D, n] at kt[kh·D·ldk:], rows ldk apart, n = start+T positions). A decoding step
+// (T = 1) takes the query heads that share a key-value head together, as the rows of one
+// product: their queries lie side by side in q, and their results in out. A longer call goes
+// head by head in tiles of query rows, so that the scores take at most attnTile values
+// whatever the prompt's length. Either way a row's scores are S = q·Kᵀ·(1/√D) over the
+// positions it sees (in a tile, those its last row sees: one product), each row's visible
+// positions go through the vector exp (expSum) and are divided by their sum, the rest weigh
+// 0, and the result is S·V (one product over the values as the cache holds them). Each
+// element is one chain of multiply-adds whatever the rows beside it, so the grouping and the
+// tiles change no bit. Each call computes from its own arguments only, single-threaded except
+// that a long prompt's heads are spread over the cores; its scratch comes from a pool.
+func hostAttend(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
 	n := start + T
 	kvw, group := nkv*D, nq/nkv
 	scale := float32(1 / math.Sqrt(float64(D)))
+	if T == 1 { // a decoding step: the group's heads are the rows [group, D] of q and out
+		s := scratch(group * n)
+		defer attnScratch.Put(s)
+		for kh := range nkv {
+			gemmSet(group, n, D, q[kh*group*D:], D, 1, kt[kh*D*ldk:], ldk, *s, n)
+			for g := range group {
+				llm.Softmax((*s)[g*n:(g+1)*n], scale)
+			}
+			gemmSet(group, D, n, *s, n, 1, values[kh*D:], kvw, out[kh*group*D:], D)
+		}
+		return
+	}
 	tile := max(1, min(T, attnTile/n))
-	head := func(kh int, kt, s []float32) {
-		transposeBlock(kt, n, keys[kh*D:], n, D, kvw, false) // Kᵀ of key-value head kh, [D, n]
+	head := func(kh int, s []float32) {
 		for g := range group {
 			hd := kh*group + g
 			for t0 := 0; t0 < T; t0 += tile {
 				t1 := min(T, t0+tile)
 				w := start + t1 // the positions the tile's last row sees
-				gemmSet(t1-t0, w, D, q[t0*nq*D+hd*D:], nq*D, 1, kt, n, s, w)
+				gemmSet(t1-t0, w, D, q[t0*nq*D+hd*D:], nq*D, 1, kt[kh*D*ldk:], ldk, s, w)
 				for t := t0; t < t1; t++ {
 					row := s[(t-t0)*w : (t-t0+1)*w]
 					llm.Softmax(row[:start+t+1], scale) // its exponentials by expSum (init installs it)
@@ -143,11 +156,10 @@ func hostAttend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 		workers = min(nkv, runtime.GOMAXPROCS(0))
 	}
 	parallel(workers, func(w, nw int) {
-		kt, s := scratch(D*n), scratch(tile*n)
-		defer attnScratch.Put(kt)
+		s := scratch(tile * n)
 		defer attnScratch.Put(s)
 		for kh := w; kh < nkv; kh += nw {
-			head(kh, *kt, *s)
+			head(kh, *s)
 		}
 	})
 }

@@ -17,10 +17,14 @@ import (
 // it with Model.Step or Model.Next. A Cache belongs to one model and one sequence, and is not
 // safe for concurrent use.
 type Cache struct {
-	m *Model
-	n int // positions held
-	// k and v hold, per layer, n rows of num_key_value_heads·head_dim values: keys after RoPE
-	// (and Qwen3's k_norm), values as projected.
+	m    *Model
+	n    int // positions held
+	room int // positions the buffers have room for (n ≤ room)
+	// k and v hold, per layer, the n positions' num_key_value_heads·head_dim values each: keys
+	// after RoPE (and Qwen3's k_norm), values as projected. The keys are laid out transposed,
+	// the way attention multiplies them (q·Kᵀ), so that a decoding step reads them as they are
+	// instead of transposing every cached key again: dimension d of key-value head h at
+	// position j is k[l][(h·head_dim + d)·room + j]. The values are rows, v[l][j·kvw + i].
 	k, v [][]float32
 }
 
@@ -33,14 +37,44 @@ func (m *Model) NewCache() *Cache {
 func (c *Cache) Len() int { return c.n }
 
 // Clone returns an independent copy of c, to continue one prefix in several ways (say, G
-// samples of one prompt) without running the prefix again.
+// samples of one prompt) without running the prefix again. The copy has room to grow by a
+// quarter before its buffers move.
 func (c *Cache) Clone() *Cache {
 	d := &Cache{m: c.m, n: c.n, k: make([][]float32, len(c.k)), v: make([][]float32, len(c.v))}
-	for l := range c.k {
-		d.k[l] = append([]float32(nil), c.k[l]...)
-		d.v[l] = append([]float32(nil), c.v[l]...)
+	if c.n > 0 {
+		d.moveTo(c, c.m.roomFor(c.n))
 	}
 	return d
+}
+
+// roomFor is the room a cache's buffers take when they must hold n positions: a quarter more
+// and a few, so that appending a token at a time moves them O(log n) times, but never more
+// than max_position_embeddings (no sequence grows past it).
+func (m *Model) roomFor(n int) int { return max(n, min(n+n/4+16, m.cfg.MaxPositionEmbeddings)) }
+
+// reserve makes room in c for n positions, moving its buffers if they are too small.
+func (c *Cache) reserve(n int) {
+	if n > c.room {
+		c.moveTo(c, c.m.roomFor(n))
+	}
+}
+
+// moveTo sets d's buffers to fresh ones of room positions holding src's n positions (d may be
+// src: its buffers then grow).
+func (d *Cache) moveTo(src *Cache, room int) {
+	cfg := src.m.cfg
+	kvw, n := cfg.NumKeyValueHeads*cfg.HeadDim, src.n
+	for l := range src.k {
+		k, v := make([]float32, kvw*room), make([]float32, kvw*room)
+		if n > 0 {
+			for r := range kvw {
+				copy(k[r*room:r*room+n], src.k[l][r*src.room:])
+			}
+			copy(v, src.v[l][:n*kvw])
+		}
+		d.k[l], d.v[l] = k, v
+	}
+	d.room = room
 }
 
 // Logits runs the model on the whole sequence ids and returns the logits at every position:
@@ -210,6 +244,9 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 			copy(x[r*H:(r+1)*H], root.embed[int(id)*H:])
 		}
 	}
+	for i, c := range caches {
+		c.reserve(c.n + len(ids[i]))
+	}
 	h, att := Floats(T*H), Floats(T*nq*D) // written whole by rmsNorm and attend
 	defer PutFloats(h, att)
 	for l := range m.layers {
@@ -226,13 +263,11 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 		}
 		rope(q, T, nq, D, cos, sin)
 		rope(k, T, nkv, D, cos, sin)
-		for i, c := range caches {
-			c.k[l] = append(c.k[l], k[off[i]*nkv*D:off[i+1]*nkv*D]...)
-			c.v[l] = append(c.v[l], v[off[i]*nkv*D:off[i+1]*nkv*D]...)
-		}
 		eachSequence(len(caches), func(i int) {
-			c, n := caches[i], off[i+1]-off[i]
-			attend(att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D], c.k[l], c.v[l], c.n, n, nq, nkv, D)
+			c, n, kvw := caches[i], off[i+1]-off[i], nkv*D
+			transposeAny(c.k[l][c.n:], c.room, k[off[i]*kvw:], n, kvw, kvw, false)
+			copy(c.v[l][c.n*kvw:], v[off[i]*kvw:off[i+1]*kvw])
+			attendT(att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D], c.k[l], c.room, c.v[l], c.n, n, nq, nkv, D)
 		})
 		o := m.proj(l, oProj, att, T, nq*D, ly.wo, H, ly.bo)
 		addTo(x, o)
@@ -505,6 +540,23 @@ func dot(a, b []float32) float32 {
 	return (s0 + s1) + (s2 + s3)
 }
 
+// dotStrided is dot(a, b') for b' = b[0], b[ld], b[2·ld], …: the same partial sums in the
+// same order, so the same bits as dot over the gathered values.
+func dotStrided(a, b []float32, ld int) float32 {
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(a); i += 4 {
+		s0 += a[i] * b[i*ld]
+		s1 += a[i+1] * b[(i+1)*ld]
+		s2 += a[i+2] * b[(i+2)*ld]
+		s3 += a[i+3] * b[(i+3)*ld]
+	}
+	for ; i < len(a); i++ {
+		s0 += a[i] * b[i*ld]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
 func addTo(dst, src []float32) {
 	src = src[:len(dst)]
 	for i := range dst {
@@ -595,30 +647,46 @@ func rope(x []float32, T, heads, D int, cos, sin []float32) {
 // attend is causal grouped-query attention: query t (at position start+t) of head h attends
 // to positions 0 … start+t of key-value head h/(nq/nkv), with weights softmax(q·k/sqrt(D)).
 // q is [T, nq·D]; keys and values are [start+T, nkv·D]. The result is written to out,
-// [T, nq·D] (its previous values are overwritten). It runs the installed kernel
-// (SetAttention) if there is one.
+// [T, nq·D] (its previous values are overwritten). It lays the keys out transposed and runs
+// attendT.
 func attend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
-	if attentionKernel != nil {
-		attentionKernel(out, q, keys, values, start, T, nq, nkv, D)
-		return
-	}
-	attendLoop(out, q, keys, values, start, T, nq, nkv, D)
+	n, kvw := start+T, nkv*D
+	kt := Floats(kvw * n)
+	defer PutFloats(kt)
+	transposeAny(kt, n, keys, n, kvw, kvw, false)
+	attendT(out, q, kt, n, values, start, T, nq, nkv, D)
 }
 
-// attentionKernel, when set by SetAttention, computes attend.
-var attentionKernel func(out, q, keys, values []float32, start, T, nq, nkv, D int)
+// attendT is attend over keys laid out transposed, as a Cache holds them: dimension d of
+// key-value head h at position j is kt[(h·D+d)·ldk + j]. It runs the installed kernel
+// (SetAttention) if there is one.
+func attendT(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
+	if attentionKernel != nil {
+		attentionKernel(out, q, kt, ldk, values, start, T, nq, nkv, D)
+		return
+	}
+	attendLoop(out, q, kt, ldk, values, start, T, nq, nkv, D)
+}
+
+// attentionKernel, when set by SetAttention, computes attendT.
+var attentionKernel func(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int)
 
 // SetAttention installs f as the kernel of the forward pass's attention, in place of the
-// portable loop: f must write to out what attend's documentation says, for every argument,
-// keep no reference to its arguments, and compute each sequence's result from its own
-// arguments alone (NextBatch relies on it). agrl/learn installs vector kernels with it in
-// GOEXPERIMENT=simd builds. Call it before any model runs (it is not synchronised).
-func SetAttention(f func(out, q, keys, values []float32, start, T, nq, nkv, D int)) {
+// portable loop. f(out, q, kt, ldk, values, start, T, nq, nkv, D) is causal grouped-query
+// attention: query t of head h (q is [T, nq·D], the query at position start+t) attends to
+// positions 0 … start+t of key-value head h/(nq/nkv) with weights softmax(q·k/sqrt(D)), and
+// the weighted sum of their values ([start+T, nkv·D]) is written to out, [T, nq·D] (every
+// element). The keys come transposed, as a Cache holds them: dimension d of key-value head
+// kh at position j is kt[(kh·D+d)·ldk + j]. f must keep no reference to its arguments and
+// compute each sequence's result from its own arguments alone (NextBatch relies on it).
+// agrl/learn installs vector kernels with it in GOEXPERIMENT=simd builds. Call it before any
+// model runs (it is not synchronised).
+func SetAttention(f func(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int)) {
 	attentionKernel = f
 }
 
 // attendLoop is attend with the portable loop.
-func attendLoop(out, q, keys, values []float32, start, T, nq, nkv, D int) {
+func attendLoop(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
 	clear(out)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group := nq / nkv // query heads per key-value head
@@ -631,7 +699,7 @@ func attendLoop(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 			off := (hd / group) * D
 			mx := float32(math.Inf(-1))
 			for j := range n {
-				s := dot(qh, keys[j*kvw+off:j*kvw+off+D]) * scale
+				s := dotStrided(qh, kt[off*ldk+j:], ldk) * scale
 				scores[j] = s
 				mx = max(mx, s)
 			}
