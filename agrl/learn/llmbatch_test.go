@@ -163,7 +163,8 @@ func TestBatchedRolloutSameEpisodes(t *testing.T) {
 
 // TestHostAttention: the host attention kernel (llm.SetAttention) gives the portable loop's
 // logits to 1e-4 — a prompt long enough for the contraction blocks and the heads spread over
-// the cores, then decoding steps — the same bits in tiles of a few query rows as in one, and
+// the cores, then decoding steps — the same bits in tiles of a few query rows as in one and
+// with every call's heads over the cores as on one, and
 // (TestNextBatchHostKernels) the same bits whether a sequence is decoded alone or in a batch.
 func TestHostAttention(t *testing.T) {
 	if !hostKernels {
@@ -206,6 +207,16 @@ func TestHostAttention(t *testing.T) {
 	for i := range kernel {
 		if !slices.Equal(tiled[i], kernel[i]) {
 			t.Fatalf("position %d: tiled attention differs from untiled", i)
+		}
+	}
+	// Every call's heads over the cores (the decoding steps' too) give the same bits.
+	prevSpread := attnSpread
+	attnSpread = 1
+	spread := run()
+	attnSpread = prevSpread
+	for i := range kernel {
+		if !slices.Equal(spread[i], kernel[i]) {
+			t.Fatalf("position %d: attention with the heads over the cores differs", i)
 		}
 	}
 	worst := 0.0

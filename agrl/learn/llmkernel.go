@@ -117,22 +117,19 @@ func productTInto(y, x []float32, rows, in int, wt []float32, out int) {
 // 0, and the result is S·V (one product over the values as the cache holds them). Each
 // element is one chain of multiply-adds whatever the rows beside it, so the grouping and the
 // tiles change no bit. Each call computes from its own arguments only, single-threaded except
-// that a long prompt's heads are spread over the cores; its scratch comes from a pool.
+// that the heads of a long prompt, or of a step over a long cache, are spread over the cores
+// (attnSpread); its scratch comes from a pool.
 func hostAttend(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
 	n := start + T
 	kvw, group := nkv*D, nq/nkv
 	scale := float32(1 / math.Sqrt(float64(D)))
-	if T == 1 { // a decoding step: the group's heads are the rows [group, D] of q and out
-		s := scratch(group * n)
-		defer attnScratch.Put(s)
-		for kh := range nkv {
-			gemmSet(group, n, D, q[kh*group*D:], D, 1, kt[kh*D*ldk:], ldk, *s, n)
-			for g := range group {
-				llm.Softmax((*s)[g*n:(g+1)*n], scale)
-			}
-			gemmSet(group, D, n, *s, n, 1, values[kh*D:], kvw, out[kh*group*D:], D)
+	// A decoding step (T = 1): the group's heads are the rows [group, D] of q and of out.
+	decode := func(kh int, s []float32) {
+		gemmSet(group, n, D, q[kh*group*D:], D, 1, kt[kh*D*ldk:], ldk, s, n)
+		for g := range group {
+			llm.Softmax(s[g*n:(g+1)*n], scale)
 		}
-		return
+		gemmSet(group, D, n, s, n, 1, values[kh*D:], kvw, out[kh*group*D:], D)
 	}
 	tile := max(1, min(T, attnTile/n))
 	head := func(kh int, s []float32) {
@@ -152,20 +149,32 @@ func hostAttend(out, q, kt []float32, ldk int, values []float32, start, T, nq, n
 		}
 	}
 	workers := 1
-	if T*n*D*nq >= 1<<22 { // a prompt: its heads over the cores
+	if T*n*D*nq >= attnSpread { // a prompt, or a step over a long cache: its heads over the cores
 		workers = min(nkv, runtime.GOMAXPROCS(0))
 	}
 	parallel(workers, func(w, nw int) {
-		s := scratch(tile * n)
+		rows := tile
+		if T == 1 {
+			rows = group
+		}
+		s := scratch(rows * n)
 		defer attnScratch.Put(s)
 		for kh := w; kh < nkv; kh += nw {
-			head(kh, *s)
+			if T == 1 {
+				decode(kh, *s)
+			} else {
+				head(kh, *s)
+			}
 		}
 	})
 }
 
 // attnTile is the most scores one tile of hostAttend holds (4 MB); tests lower it.
 var attnTile = 1 << 20
+
+// attnSpread is the work (query rows × positions × head_dim × heads) from which hostAttend
+// spreads a call's key-value heads over the cores; tests lower it.
+var attnSpread = 1 << 22
 
 // attnScratch holds hostAttend's buffers between calls.
 var attnScratch sync.Pool

@@ -37,8 +37,8 @@ func (m *Model) NewCache() *Cache {
 func (c *Cache) Len() int { return c.n }
 
 // Clone returns an independent copy of c, to continue one prefix in several ways (say, G
-// samples of one prompt) without running the prefix again. The copy has room to grow by a
-// quarter before its buffers move.
+// samples of one prompt) without running the prefix again. The copy has room to grow (by
+// about a quarter, within max_position_embeddings) before its buffers move.
 func (c *Cache) Clone() *Cache {
 	d := &Cache{m: c.m, n: c.n, k: make([][]float32, len(c.k)), v: make([][]float32, len(c.v))}
 	if c.n > 0 {
@@ -247,7 +247,7 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 	for i, c := range caches {
 		c.reserve(c.n + len(ids[i]))
 	}
-	h, att := Floats(T*H), Floats(T*nq*D) // written whole by rmsNorm and attend
+	h, att := Floats(T*H), Floats(T*nq*D) // written whole by rmsNorm and attendT
 	defer PutFloats(h, att)
 	for l := range m.layers {
 		ly := &m.layers[l]
@@ -685,7 +685,7 @@ func SetAttention(f func(out, q, kt []float32, ldk int, values []float32, start,
 	attentionKernel = f
 }
 
-// attendLoop is attend with the portable loop.
+// attendLoop is attendT with the portable loop (keys transposed, kt with rows ldk apart).
 func attendLoop(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
 	clear(out)
 	scale := float32(1 / math.Sqrt(float64(D)))
