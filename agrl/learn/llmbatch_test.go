@@ -198,27 +198,23 @@ func TestHostAttention(t *testing.T) {
 	t.Cleanup(func() { llm.SetAttention(hostAttend) })
 	loop := run()
 	llm.SetAttention(hostAttend)
+	// With a setting lowered, run gives the default's logits bit for bit.
+	same := func(setting *int, low int, what string) {
+		prev := *setting
+		*setting = low
+		got := run()
+		*setting = prev
+		for i := range kernel {
+			if !slices.Equal(got[i], kernel[i]) {
+				t.Fatalf("position %d: attention %s differs", i, what)
+			}
+		}
+	}
 	// Tiles of a few query rows (a long prompt's) give the untiled result: the same chains of
 	// multiply-adds, the tile's unseen positions left out instead of weighing 0.
-	prev := attnTile
-	attnTile = 1000
-	tiled := run()
-	attnTile = prev
-	for i := range kernel {
-		if !slices.Equal(tiled[i], kernel[i]) {
-			t.Fatalf("position %d: tiled attention differs from untiled", i)
-		}
-	}
+	same(&attnTile, 1000, "in tiles")
 	// Every call's heads over the cores (the decoding steps' too) give the same bits.
-	prevSpread := attnSpread
-	attnSpread = 1
-	spread := run()
-	attnSpread = prevSpread
-	for i := range kernel {
-		if !slices.Equal(spread[i], kernel[i]) {
-			t.Fatalf("position %d: attention with the heads over the cores differs", i)
-		}
-	}
+	same(&attnSpread, 1, "with every call's heads over the cores")
 	worst := 0.0
 	for i := range loop {
 		for j := range loop[i] {
