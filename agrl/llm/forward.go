@@ -265,7 +265,7 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 		rope(k, T, nkv, D, cos, sin)
 		eachSequence(len(caches), func(i int) {
 			c, n, kvw := caches[i], off[i+1]-off[i], nkv*D
-			transposeAny(c.k[l][c.n:], c.room, k[off[i]*kvw:], n, kvw, kvw, false)
+			transposeInto(c.k[l][c.n:], c.room, k[off[i]*kvw:], n, kvw, kvw)
 			copy(c.v[l][c.n*kvw:], v[off[i]*kvw:off[i+1]*kvw])
 			attendT(att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D], c.k[l], c.room, c.v[l], c.n, n, nq, nkv, D)
 		})
@@ -653,7 +653,7 @@ func attend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 	n, kvw := start+T, nkv*D
 	kt := Floats(kvw * n)
 	defer PutFloats(kt)
-	transposeAny(kt, n, keys, n, kvw, kvw, false)
+	transposeInto(kt, n, keys, n, kvw, kvw)
 	attendT(out, q, kt, n, values, start, T, nq, nkv, D)
 }
 
