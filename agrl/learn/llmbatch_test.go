@@ -72,6 +72,86 @@ func TestNextBatchHostKernels(t *testing.T) {
 	}
 }
 
+// TestSharedPrefixBatch: sequences cloned from one prompt's cache (a rollout's group) and
+// decoded as a batch attend over the shared prompt together (hostAttendShared, a product per
+// chunk of their query rows) and still get, bit for bit, the logits each gets alone on a cache
+// of its own — groups of 2, 5 and 9 clones (chunks of 4 sequences, the last one short), a
+// prompt longer than the kernels' contraction block, clones of clones among them, and
+// sequences that attend alone in the same batch (an unrelated cache, an observation of
+// several tokens).
+func TestSharedPrefixBatch(t *testing.T) {
+	if !hostKernels {
+		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
+	}
+	m, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := make([]int32, kBlock+44)
+	for i := range prompt {
+		prompt[i] = int32((i*29+5)%300) + 1
+	}
+	calls := 0
+	llm.SetSharedAttention(func(out, q [][]float32, pre llm.Span, own []llm.Span, nq, nkv, D int) {
+		calls++
+		hostAttendShared(out, q, pre, own, nq, nkv, D)
+	})
+	t.Cleanup(func() { llm.SetSharedAttention(hostAttendShared) })
+	for _, width := range []int{2, 5, 9} {
+		shared := m.NewCache()
+		if _, err := m.Step(shared, prompt); err != nil {
+			t.Fatal(err)
+		}
+		var batch, alone []*llm.Cache
+		var feeds [][]int32
+		for i := range width + 1 {
+			a := m.NewCache()
+			if _, err := m.Step(a, prompt); err != nil {
+				t.Fatal(err)
+			}
+			b := shared.Clone()
+			if i == width { // one more sequence on a cache of its own
+				b = m.NewCache()
+				if _, err := m.Step(b, prompt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			batch, alone = append(batch, b), append(alone, a)
+			feeds = append(feeds, []int32{int32(i + 1)})
+		}
+		calls = 0
+		for round := range 5 {
+			if round == 2 { // a clone of a clone: it shares the prompt and copies its own positions
+				batch[1] = batch[1].Clone()
+			}
+			if round == 3 {
+				feeds[0] = []int32{7, 8, 9, 10, 11} // an observation: it attends alone
+			}
+			got, err := m.NextBatch(batch, feeds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range feeds {
+				want, err := m.Next(alone[i], feeds[i])
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got[i], want) {
+					t.Fatalf("%d clones, round %d, sequence %d: the logits differ from the sequence's alone", width, round, i)
+				}
+				feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
+			}
+		}
+		steps := 5 // decoding steps with two clones or more fed one token each
+		if width == 2 {
+			steps = 4 // round 3 leaves one
+		}
+		if want := steps * m.Config().NumHiddenLayers; calls != want {
+			t.Errorf("%d clones: the shared kernel ran %d times, want %d (each layer of each such step)", width, calls, want)
+		}
+	}
+}
+
 // TestRolloutFromThePool is agrl/llm/agent's TestRolloutRecyclesLogits with this package's
 // kernels installed (the LM head's headNT makes the logits the rollout gives back): with every
 // buffer pooled and poisoned (NaN) when given back, a pretrained policy's batched rollout plays
@@ -163,8 +243,9 @@ func TestBatchedRolloutSameEpisodes(t *testing.T) {
 
 // TestHostAttention: the host attention kernel (llm.SetAttention) gives the portable loop's
 // logits to 1e-4 — a prompt long enough for the contraction blocks and the heads spread over
-// the cores, then decoding steps — the same bits in tiles of a few query rows as in one and
-// with every call's heads over the cores as on one, and
+// the cores, then decoding steps — the same bits in tiles of a few query rows as in one, with
+// every call's heads over the cores as on one, and over a cloned cache (a shared prefix and
+// the clone's own positions) as over one cache, and
 // (TestNextBatchHostKernels) the same bits whether a sequence is decoded alone or in a batch.
 func TestHostAttention(t *testing.T) {
 	if !hostKernels {
@@ -178,22 +259,36 @@ func TestHostAttention(t *testing.T) {
 	for i := range prompt {
 		prompt[i] = int32((i*53+7)%310) + 1
 	}
-	run := func() [][]float32 {
+	// The prompt, then decoding steps and a piece of several tokens (an observation); with
+	// clone, the cache is cloned after the prompt and again after the third step, so that
+	// the steps attend over a shared prefix and the cache's own positions.
+	pieces := [][]int32{{40}, {41}, {42}, {43, 44, 45, 46, 47, 48, 49}, {50}, {51}}
+	runCloned := func(clone bool) [][]float32 {
 		c := m.NewCache()
 		rows, err := m.Step(c, prompt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range 5 {
-			next, err := m.Next(c, []int32{int32(40 + i)})
+		for i, p := range pieces {
+			if clone && (i == 0 || i == 3) {
+				c = c.Clone()
+			}
+			next, err := m.Step(c, p)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows = append(rows, next)
+			rows = append(rows, next...)
 		}
 		return rows
 	}
+	run := func() [][]float32 { return runCloned(false) }
 	kernel := run()
+	// A clone's attention over the shared prefix and its own positions gives the same bits.
+	for i, row := range runCloned(true) {
+		if !slices.Equal(row, kernel[i]) {
+			t.Fatalf("position %d: attention over a cloned cache differs", i)
+		}
+	}
 	llm.SetAttention(nil)
 	t.Cleanup(func() { llm.SetAttention(hostAttend) })
 	loop := run()
@@ -215,6 +310,9 @@ func TestHostAttention(t *testing.T) {
 	same(&attnTile, 1000, "in tiles")
 	// Every call's heads over the cores (the decoding steps' too) give the same bits.
 	same(&attnSpread, 1, "with every call's heads over the cores")
+	run = func() [][]float32 { return runCloned(true) }
+	same(&attnTile, 1000, "over a cloned cache in tiles")
+	same(&attnSpread, 1, "over a cloned cache with every call's heads over the cores")
 	worst := 0.0
 	for i := range loop {
 		for j := range loop[i] {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 	"weak"
 
@@ -25,6 +26,7 @@ func init() {
 		llm.SetLinearT(productTInto)
 		llm.SetProduct(hostProduct)
 		llm.SetAttention(hostAttend)
+		llm.SetSharedAttention(hostAttendShared)
 		llm.SetHead(headNT)
 		llm.SetMul(hostMul)
 		llm.SetTranspose(hostTranspose)
@@ -106,30 +108,49 @@ func productTInto(y, x []float32, rows, in int, wt []float32, out int) {
 }
 
 // hostAttend is llm.SetAttention's kernel: causal grouped-query attention as matrix products
-// on the host kernels, over the keys as the cache holds them, transposed (kt: key-value head
-// kh's are [D, n] at kt[kh·D·ldk:], rows ldk apart, n = start+T positions). A decoding step
-// (T = 1) takes the query heads that share a key-value head together, as the rows of one
-// product: their queries lie side by side in q, and their results in out. A longer call goes
-// head by head in tiles of query rows, so that the scores take at most attnTile values
-// whatever the prompt's length. Either way a row's scores are S = q·Kᵀ·(1/√D) over the
-// positions it sees (in a tile, those its last row sees: one product), each row's visible
-// positions go through the vector exp (expSum) and are divided by their sum, the rest weigh
-// 0, and the result is S·V (one product over the values as the cache holds them). Each
-// element is one chain of multiply-adds whatever the rows beside it, so the grouping and the
-// tiles change no bit. Each call computes from its own arguments only, single-threaded except
-// that the heads of a long prompt, or of a step over a long cache, are spread over the cores
-// (attnSpread); its scratch comes from a pool.
-func hostAttend(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
-	n := start + T
+// on the host kernels, over the keys as a cache holds them, transposed, in one span or two (a
+// clone's shared prefix, then its own positions). A decoding step (T = 1) takes the query
+// heads that share a key-value head together, as the rows of one product: their queries lie
+// side by side in q, and their results in out. A longer call goes head by head in tiles of
+// query rows, so that the scores take at most attnTile values whatever the prompt's length.
+// Either way a row's scores are S = q·Kᵀ·(1/√D) over the positions it sees (in a tile, those
+// its last row sees: one product per span, into the columns of its positions), each row's
+// visible positions go through the vector exp (expSum) and are divided by their sum, the rest
+// weigh 0, and the result is S·V (a product over each span's values as the cache holds them,
+// the second continuing the first's sums: gemmK's load). Each element is one chain of
+// multiply-adds whatever the rows beside it and wherever the spans split the positions, so
+// the grouping, the tiles and the sharing change no bit. Each call computes from its own
+// arguments only, single-threaded except that the heads of a long prompt, or of a step over
+// a long cache, are spread over the cores (attnSpread); its scratch comes from a pool.
+func hostAttend(out, q []float32, pre, own llm.Span, T, nq, nkv, D int) {
+	n := pre.Len + own.Len
+	start := n - T
 	kvw, group := nkv*D, nq/nkv
 	scale := float32(1 / math.Sqrt(float64(D)))
+	// scores writes rows × w scores (the first w positions; w > pre.Len, the queries being in
+	// own) into s, rows ld apart, for the rows of a [rows, D] at a[0:] with rows ai apart,
+	// against key-value head kh.
+	scores := func(rows, w int, a []float32, ai, kh int, s []float32, ld int) {
+		if pre.Len > 0 {
+			gemmSet(rows, pre.Len, D, a, ai, 1, pre.Keys[kh*D*pre.Stride:], pre.Stride, s, ld)
+		}
+		gemmSet(rows, w-pre.Len, D, a, ai, 1, own.Keys[kh*D*own.Stride:], own.Stride, s[pre.Len:], ld)
+	}
+	// weigh writes into c (rows ldc apart) the scores' weighted sum of key-value head kh's
+	// values over the first w positions.
+	weigh := func(rows, w int, s []float32, ld, kh int, c []float32, ldc int) {
+		if pre.Len > 0 {
+			gemmSet(rows, D, pre.Len, s, ld, 1, pre.Values[kh*D:], kvw, c, ldc)
+		}
+		gemmK(rows, D, w-pre.Len, s[pre.Len:], ld, 1, own.Values[kh*D:], kvw, c, ldc, pre.Len > 0)
+	}
 	// A decoding step (T = 1): the group's heads are the rows [group, D] of q and of out.
 	decode := func(kh int, s []float32) {
-		gemmSet(group, n, D, q[kh*group*D:], D, 1, kt[kh*D*ldk:], ldk, s, n)
+		scores(group, n, q[kh*group*D:], D, kh, s, n)
 		for g := range group {
 			llm.Softmax(s[g*n:(g+1)*n], scale)
 		}
-		gemmSet(group, D, n, s, n, 1, values[kh*D:], kvw, out[kh*group*D:], D)
+		weigh(group, n, s, n, kh, out[kh*group*D:], D)
 	}
 	tile := max(1, min(T, attnTile/n))
 	head := func(kh int, s []float32) {
@@ -138,13 +159,13 @@ func hostAttend(out, q, kt []float32, ldk int, values []float32, start, T, nq, n
 			for t0 := 0; t0 < T; t0 += tile {
 				t1 := min(T, t0+tile)
 				w := start + t1 // the positions the tile's last row sees
-				gemmSet(t1-t0, w, D, q[t0*nq*D+hd*D:], nq*D, 1, kt[kh*D*ldk:], ldk, s, w)
+				scores(t1-t0, w, q[t0*nq*D+hd*D:], nq*D, kh, s, w)
 				for t := t0; t < t1; t++ {
 					row := s[(t-t0)*w : (t-t0+1)*w]
 					llm.Softmax(row[:start+t+1], scale) // its exponentials by expSum (init installs it)
 					clear(row[start+t+1:])
 				}
-				gemmSet(t1-t0, D, w, s, w, 1, values[kh*D:], kvw, out[t0*nq*D+hd*D:], nq*D)
+				weigh(t1-t0, w, s, w, kh, out[t0*nq*D+hd*D:], nq*D)
 			}
 		}
 	}
@@ -187,4 +208,59 @@ func scratch(n int) *[]float32 {
 	}
 	b := make([]float32, n)
 	return &b
+}
+
+// hostAttendShared is llm.SetSharedAttention's kernel: the decoding steps of sequences that
+// share a cached prefix (a rollout's episodes of one prompt), each one query row per head,
+// attend over the prefix together. For each key-value head, a chunk of the sequences' query
+// rows (the heads of the head's group, sequence after sequence: at least 8 rows, so that the
+// 8-row kernel runs) is one product against the prefix's keys and one against its values,
+// which read the prefix once for the chunk instead of once per sequence; each sequence's own
+// positions are its own products, the scores into the columns after the prefix's and the
+// weighted values continuing the prefix's sums (gemmK's load), and each row's softmax runs
+// over its whole row. Every element is the chain of multiply-adds hostAttend computes for the
+// sequence alone (rows do not change each other's), so the logits keep their bits. The
+// (head, chunk) pieces are spread over the cores.
+func hostAttendShared(out, q [][]float32, pre llm.Span, own []llm.Span, nq, nkv, D int) {
+	E, kvw, group := len(q), nkv*D, nq/nkv
+	scale := float32(1 / math.Sqrt(float64(D)))
+	per := max(1, (8+group-1)/group) // sequences a chunk
+	chunks := (E + per - 1) / per
+	W := 0 // the widest row: the prefix and the longest own span
+	for _, o := range own {
+		W = max(W, pre.Len+o.Len)
+	}
+	piece := func(kh, ch int, s, qg []float32) {
+		e0, e1 := ch*per, min(E, (ch+1)*per)
+		rows := (e1 - e0) * group
+		for e := e0; e < e1; e++ { // the group's query rows of each sequence, side by side
+			copy(qg[(e-e0)*group*D:(e-e0+1)*group*D], q[e][kh*group*D:])
+		}
+		gemmSet(rows, pre.Len, D, qg, D, 1, pre.Keys[kh*D*pre.Stride:], pre.Stride, s, W)
+		for e := e0; e < e1; e++ {
+			o, r := own[e], (e-e0)*group
+			gemmSet(group, o.Len, D, qg[r*D:], D, 1, o.Keys[kh*D*o.Stride:], o.Stride, s[r*W+pre.Len:], W)
+			for g := range group {
+				llm.Softmax(s[(r+g)*W:(r+g)*W+pre.Len+o.Len], scale)
+			}
+		}
+		og := qg // the queries are read: the results go in their place
+		gemmSet(rows, D, pre.Len, s, W, 1, pre.Values[kh*D:], kvw, og, D)
+		for e := e0; e < e1; e++ {
+			o, r := own[e], (e-e0)*group
+			gemmK(group, D, o.Len, s[r*W+pre.Len:], W, 1, o.Values[kh*D:], kvw, og[r*D:], D, true)
+			copy(out[e][kh*group*D:(kh+1)*group*D], og[r*D:(r+group)*D])
+		}
+	}
+	tasks := nkv * chunks
+	var next atomic.Int64
+	parallel(min(tasks, runtime.GOMAXPROCS(0)), func(w, nw int) {
+		rows := per * group
+		s, qg := scratch(rows*W), scratch(rows*D)
+		defer attnScratch.Put(s)
+		defer attnScratch.Put(qg)
+		for t := int(next.Add(1)) - 1; t < tasks; t = int(next.Add(1)) - 1 {
+			piece(t/chunks, t%chunks, *s, *qg)
+		}
+	})
 }

@@ -144,10 +144,27 @@ func TestCacheClone(t *testing.T) {
 	if c.Len() != 7 || d.Len() != 6 {
 		t.Errorf("lengths %d and %d, want 7 and 6", c.Len(), d.Len())
 	}
+	// The clone shares the prefix's positions and holds only its own.
+	if d.pre != len(prefix) || d.room >= len(prefix)+1+16 || &d.pk[0][0] != &c.k[0][0] {
+		t.Errorf("the clone holds %d shared positions (want %d) and room for %d of its own", d.pre, len(prefix), d.room)
+	}
+	// A clone of the clone shares the same prefix and copies the one position after it.
+	e := d.Clone()
+	if e.pre != d.pre || &e.pk[0][0] != &d.pk[0][0] || e.Len() != 6 {
+		t.Errorf("a clone of a clone holds %d shared positions of %d", e.pre, e.Len())
+	}
+	got, err := m.Next(e, []int32{8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantE, _ := m.Logits(append(append([]int32(nil), prefix...), 6, 8))
+	if de := maxDiff32(got, wantE[len(wantE)-1]); de > 1e-5 {
+		t.Errorf("clone of a clone: |Δ| %g from recomputation", de)
+	}
 }
 
-// A cache's buffers move as it grows (and a clone starts with room for a quarter more): the
-// moves change no bit. Sequences fed in the same pieces give the same logits whether their
+// A cache's buffers move as it grows (and a clone, which shares the positions it was cloned
+// with, starts with no room of its own): the moves and the sharing change no bit. Sequences fed in the same pieces give the same logits whether their
 // cache grew step by step, was cloned on the way, or had room for everything from the start;
 // every family (one key-value head and several, head_dim 8 and 16), pieces of one token and of
 // more than the room left, up to max_position_embeddings.

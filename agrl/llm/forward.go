@@ -15,16 +15,25 @@ import (
 // A Cache holds one sequence's keys and values, layer by layer, so that each new token
 // attends to the earlier ones without recomputing them. Make it with Model.NewCache and feed
 // it with Model.Step or Model.Next. A Cache belongs to one model and one sequence, and is not
-// safe for concurrent use.
+// safe for concurrent use; caches cloned from one another may be used concurrently (what they
+// share is never written again).
 type Cache struct {
 	m    *Model
-	n    int // positions held
-	room int // positions the buffers have room for (n ≤ room)
-	// k and v hold, per layer, the n positions' num_key_value_heads·head_dim values each: keys
-	// after RoPE (and Qwen3's k_norm), values as projected. The keys are laid out transposed,
-	// the way attention multiplies them (q·Kᵀ), so that a decoding step reads them as they are
-	// instead of transposing every cached key again: dimension d of key-value head h at
-	// position j is k[l][(h·head_dim + d)·room + j]. The values are rows, v[l][j·kvw + i].
+	n    int // positions held, the shared prefix's included
+	room int // positions the own buffers have room for (n−pre ≤ room)
+	// A clone shares the positions it was cloned with, [0, pre), instead of copying them: pk
+	// and pv are, per layer, the buffers that hold them (another cache's, laid out as k and v
+	// below with rows pldk apart), which their owner never writes again — a cache only
+	// appends, past its own length.
+	pre    int
+	pldk   int
+	pk, pv [][]float32
+	// k and v hold, per layer, the cache's own positions [pre, n), num_key_value_heads·head_dim
+	// values each: keys after RoPE (and Qwen3's k_norm), values as projected. The keys are laid
+	// out transposed, the way attention multiplies them (q·Kᵀ), so that a decoding step reads
+	// them as they are instead of transposing every cached key again: dimension d of key-value
+	// head h at position pre+j is k[l][(h·head_dim + d)·room + j]. The values are rows,
+	// v[l][j·kvw + i].
 	k, v [][]float32
 }
 
@@ -37,33 +46,46 @@ func (m *Model) NewCache() *Cache {
 func (c *Cache) Len() int { return c.n }
 
 // Clone returns an independent copy of c, to continue one prefix in several ways (say, G
-// samples of one prompt) without running the prefix again. The copy has room to grow (by
-// about a quarter, within max_position_embeddings) before its buffers move.
+// samples of one prompt) without running the prefix again. The copy shares c's positions
+// instead of copying them (neither cache ever writes them again), so a clone costs memory
+// only for the positions appended to it afterwards; a clone of a clone shares what the first
+// one shared and copies the positions appended to it since.
 func (c *Cache) Clone() *Cache {
 	d := &Cache{m: c.m, n: c.n, k: make([][]float32, len(c.k)), v: make([][]float32, len(c.v))}
-	if c.n > 0 {
-		d.moveTo(c, c.m.roomFor(c.n))
+	switch {
+	case c.pre > 0:
+		d.pre, d.pldk, d.pk, d.pv = c.pre, c.pldk, c.pk, c.pv
+		if c.n > c.pre {
+			d.moveTo(c, d.roomFor(c.n-c.pre))
+		}
+	case c.n > 0:
+		// c's own buffers become d's prefix: the slices as they are now (c's may move later).
+		d.pre, d.pldk, d.pk, d.pv = c.n, c.room, slices.Clone(c.k), slices.Clone(c.v)
 	}
 	return d
 }
 
-// roomFor is the room a cache's buffers take when they must hold n positions: a quarter more
-// and a few, so that appending a token at a time moves them O(log n) times, but never more
-// than max_position_embeddings (no sequence grows past it).
-func (m *Model) roomFor(n int) int { return max(n, min(n+n/4+16, m.cfg.MaxPositionEmbeddings)) }
+// roomFor is the room a cache's own buffers take when they must hold n positions: a quarter
+// more and a few, so that appending a token at a time moves them O(log n) times, but never
+// more than max_position_embeddings allows after the shared prefix (no sequence grows past
+// it).
+func (c *Cache) roomFor(n int) int {
+	return max(n, min(n+n/4+16, c.m.cfg.MaxPositionEmbeddings-c.pre))
+}
 
-// reserve makes room in c for n positions, moving its buffers if they are too small.
+// reserve makes room in c for n positions in all (the prefix's included), moving its buffers
+// if they are too small.
 func (c *Cache) reserve(n int) {
-	if n > c.room {
-		c.moveTo(c, c.m.roomFor(n))
+	if n-c.pre > c.room {
+		c.moveTo(c, c.roomFor(n-c.pre))
 	}
 }
 
-// moveTo sets d's buffers to fresh ones of room positions holding src's n positions (d may be
-// src: its buffers then grow).
+// moveTo sets d's buffers to fresh ones of room positions holding src's own positions (d may
+// be src: its buffers then grow; otherwise d shares src's prefix).
 func (d *Cache) moveTo(src *Cache, room int) {
 	cfg := src.m.cfg
-	kvw, n := cfg.NumKeyValueHeads*cfg.HeadDim, src.n
+	kvw, n := cfg.NumKeyValueHeads*cfg.HeadDim, src.n-src.pre
 	for l := range src.k {
 		k, v := make([]float32, kvw*room), make([]float32, kvw*room)
 		if n > 0 {
@@ -75,6 +97,16 @@ func (d *Cache) moveTo(src *Cache, room int) {
 		d.k[l], d.v[l] = k, v
 	}
 	d.room = room
+}
+
+// spans returns layer l's cached positions as attention reads them, when the cache holds
+// n positions: the shared prefix (possibly empty) and the cache's own positions.
+func (c *Cache) spans(l, n int) (Span, Span) {
+	var pre Span
+	if c.pre > 0 {
+		pre = Span{Keys: c.pk[l], Stride: c.pldk, Values: c.pv[l], Len: c.pre}
+	}
+	return pre, Span{Keys: c.k[l], Stride: c.room, Values: c.v[l], Len: n - c.pre}
 }
 
 // Logits runs the model on the whole sequence ids and returns the logits at every position:
@@ -249,6 +281,7 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 	}
 	h, att := Floats(T*H), Floats(T*nq*D) // written whole by rmsNorm and attendT
 	defer PutFloats(h, att)
+	groups, joint := sharedGroups(caches, ids)
 	for l := range m.layers {
 		ly := &m.layers[l]
 
@@ -265,10 +298,24 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 		rope(k, T, nkv, D, cos, sin)
 		eachSequence(len(caches), func(i int) {
 			c, n, kvw := caches[i], off[i+1]-off[i], nkv*D
-			transposeInto(c.k[l][c.n:], c.room, k[off[i]*kvw:], n, kvw, kvw)
-			copy(c.v[l][c.n*kvw:], v[off[i]*kvw:off[i+1]*kvw])
-			attendT(att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D], c.k[l], c.room, c.v[l], c.n, n, nq, nkv, D)
+			own := c.n - c.pre // the new positions' first column in the cache's own buffers
+			transposeInto(c.k[l][own:], c.room, k[off[i]*kvw:], n, kvw, kvw)
+			copy(c.v[l][own*kvw:], v[off[i]*kvw:off[i+1]*kvw])
+			if !joint[i] {
+				pre, mine := c.spans(l, c.n+n)
+				attendT(att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D], pre, mine, n, nq, nkv, D)
+			}
 		})
+		for _, g := range groups { // one decoding step each, over one shared prefix
+			outs, qs, owns := make([][]float32, len(g)), make([][]float32, len(g)), make([]Span, len(g))
+			var pre Span
+			for e, i := range g {
+				c := caches[i]
+				outs[e], qs[e] = att[off[i]*nq*D:off[i+1]*nq*D], q[off[i]*nq*D:off[i+1]*nq*D]
+				pre, owns[e] = c.spans(l, c.n+1)
+			}
+			sharedAttentionKernel(outs, qs, pre, owns, nq, nkv, D)
+		}
 		o := m.proj(l, oProj, att, T, nq*D, ly.wo, H, ly.bo)
 		addTo(x, o)
 		PutFloats(q, k, v, o)
@@ -654,44 +701,125 @@ func attend(out, q, keys, values []float32, start, T, nq, nkv, D int) {
 	kt := Floats(kvw * n)
 	defer PutFloats(kt)
 	transposeInto(kt, n, keys, n, kvw, kvw)
-	attendT(out, q, kt, n, values, start, T, nq, nkv, D)
+	attendT(out, q, Span{}, Span{Keys: kt, Stride: n, Values: values, Len: n}, T, nq, nkv, D)
 }
 
-// attendT is attend over keys laid out transposed, as a Cache holds them: dimension d of
-// key-value head h at position j is kt[(h·D+d)·ldk + j]. It runs the installed kernel
+// A Span is a run of one layer's cached positions as attention reads them (SetAttention):
+// Len positions, their keys transposed — dimension d of key-value head h at the span's
+// position j is Keys[(h·head_dim + d)·Stride + j] — and their values as rows of
+// num_key_value_heads·head_dim, Values[j·kvw + i]. A Cache holds its positions in one span,
+// or two when it shares a prefix with the cache it was cloned from.
+type Span struct {
+	Keys   []float32
+	Stride int
+	Values []float32
+	Len    int
+}
+
+// attendT is attention over the positions of two spans, pre's then own's, as a Cache holds
+// them; the T queries are the last T positions (all in own). It runs the installed kernel
 // (SetAttention) if there is one.
-func attendT(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
+func attendT(out, q []float32, pre, own Span, T, nq, nkv, D int) {
 	if attentionKernel != nil {
-		attentionKernel(out, q, kt, ldk, values, start, T, nq, nkv, D)
+		attentionKernel(out, q, pre, own, T, nq, nkv, D)
 		return
 	}
-	attendLoop(out, q, kt, ldk, values, start, T, nq, nkv, D)
+	attendLoop(out, q, pre, own, T, nq, nkv, D)
 }
 
 // attentionKernel, when set by SetAttention, computes attendT.
-var attentionKernel func(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int)
+var attentionKernel func(out, q []float32, pre, own Span, T, nq, nkv, D int)
 
 // SetAttention installs f as the kernel of the forward pass's attention, in place of the
-// portable loop. f(out, q, kt, ldk, values, start, T, nq, nkv, D) is causal grouped-query
-// attention: query t of head h (q is [T, nq·D], the query at position start+t) attends to
-// positions 0 … start+t of key-value head h/(nq/nkv) with weights softmax(q·k/sqrt(D)), and
-// the weighted sum of their values ([start+T, nkv·D]) is written to out, [T, nq·D] (every
-// element). The keys come transposed, as a Cache holds them: dimension d of key-value head
-// kh at position j is kt[(kh·D+d)·ldk + j]. f must keep no reference to its arguments and
-// compute each sequence's result from its own arguments alone (NextBatch relies on it).
-// agrl/learn installs vector kernels with it in GOEXPERIMENT=simd builds. Call it before any
-// model runs (it is not synchronised).
-func SetAttention(f func(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int)) {
+// portable loop. f(out, q, pre, own, T, nq, nkv, D) is causal grouped-query attention over
+// n = pre.Len + own.Len positions, pre's first (pre may be empty, and is when the cache was
+// not cloned): query t of head h (q is [T, nq·D], the query at position n−T+t, every query
+// in own) attends to positions 0 … n−T+t of key-value head h/(nq/nkv) with weights
+// softmax(q·k/sqrt(D)), and the weighted sum of their values is written to out, [T, nq·D]
+// (every element). f must keep no reference to its arguments, and compute each sequence's
+// result from its own arguments alone and the same bits however the positions are split
+// between the spans (NextBatch and Cache.Clone rely on both). agrl/learn installs vector
+// kernels with it in GOEXPERIMENT=simd builds. Call it before any model runs (it is not
+// synchronised).
+func SetAttention(f func(out, q []float32, pre, own Span, T, nq, nkv, D int)) {
 	attentionKernel = f
 }
 
-// attendLoop is attendT with the portable loop (keys transposed, kt with rows ldk apart).
-func attendLoop(out, q, kt []float32, ldk int, values []float32, start, T, nq, nkv, D int) {
+// sharedAttentionKernel, when set by SetSharedAttention, computes the attention of a group of
+// decoding steps over one shared prefix.
+var sharedAttentionKernel func(out, q [][]float32, pre Span, own []Span, nq, nkv, D int)
+
+// SetSharedAttention installs f for the attention of sequences that are fed one token each
+// and share a cached prefix (clones of one cache: a rollout's episodes of one prompt, decoded
+// as a batch). f(out, q, pre, own, nq, nkv, D) must write to every out[e] exactly what
+// SetAttention's kernel writes for (out[e], q[e], pre, own[e], T = 1), bit for bit — so that a
+// sequence's logits stay those it gets alone (NextBatch) — while it may read the prefix once
+// for all of them: its keys and values are most of what a decoding step's attention reads. f
+// must keep no reference to its arguments. Without it (nil, the default) each sequence
+// attends on its own. agrl/learn installs one with its vector kernels; call it before any
+// model runs (it is not synchronised).
+func SetSharedAttention(f func(out, q [][]float32, pre Span, own []Span, nq, nkv, D int)) {
+	sharedAttentionKernel = f
+}
+
+// sharedGroups returns the sequences of a batch whose attention goes to the shared-prefix
+// kernel (SetSharedAttention), when one is installed: those fed one token whose caches share
+// one prefix, in groups of two or more. joint[i] reports whether sequence i is in a group;
+// the others attend alone.
+func sharedGroups(caches []*Cache, ids [][]int32) (groups [][]int, joint []bool) {
+	if sharedAttentionKernel == nil {
+		return nil, make([]bool, len(caches))
+	}
+	type prefix struct {
+		first *float32
+		n     int
+	}
+	at := map[prefix]int{} // the group of each prefix seen
+	for i, c := range caches {
+		if len(ids[i]) != 1 || c.pre == 0 {
+			continue
+		}
+		key := prefix{&c.pk[0][0], c.pre}
+		if g, ok := at[key]; ok {
+			groups[g] = append(groups[g], i)
+		} else {
+			at[key] = len(groups)
+			groups = append(groups, []int{i})
+		}
+	}
+	groups = slices.DeleteFunc(groups, func(g []int) bool { return len(g) < 2 })
+	joint = make([]bool, len(caches))
+	for _, g := range groups {
+		for _, i := range g {
+			joint[i] = true
+		}
+	}
+	return groups, joint
+}
+
+// attendLoop is attendT with the portable loop.
+func attendLoop(out, q []float32, pre, own Span, T, nq, nkv, D int) {
 	clear(out)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group := nq / nkv // query heads per key-value head
 	kvw := nkv * D
+	start := pre.Len + own.Len - T
 	scores := make([]float32, start+T)
+	// key and value of dimension row off (a head's first) at position j, in whichever span
+	// holds it.
+	key := func(off, j int) ([]float32, int) {
+		if j < pre.Len {
+			return pre.Keys[off*pre.Stride+j:], pre.Stride
+		}
+		return own.Keys[off*own.Stride+j-pre.Len:], own.Stride
+	}
+	value := func(off, j int) []float32 {
+		if j < pre.Len {
+			return pre.Values[j*kvw+off : j*kvw+off+D]
+		}
+		j -= pre.Len
+		return own.Values[j*kvw+off : j*kvw+off+D]
+	}
 	for t := range T {
 		n := start + t + 1 // positions visible to this query
 		for hd := range nq {
@@ -699,7 +827,8 @@ func attendLoop(out, q, kt []float32, ldk int, values []float32, start, T, nq, n
 			off := (hd / group) * D
 			mx := float32(math.Inf(-1))
 			for j := range n {
-				s := dotStrided(qh, kt[off*ldk+j:], ldk) * scale
+				kt, ld := key(off, j)
+				s := dotStrided(qh, kt, ld) * scale
 				scores[j] = s
 				mx = max(mx, s)
 			}
@@ -712,7 +841,7 @@ func attendLoop(out, q, kt []float32, ldk int, values []float32, start, T, nq, n
 			oh := out[(t*nq+hd)*D : (t*nq+hd+1)*D]
 			for j := range n {
 				p := scores[j] / sum
-				vj := values[j*kvw+off : j*kvw+off+D]
+				vj := value(off, j)
 				for d := range oh {
 					oh[d] += p * vj[d]
 				}
