@@ -39,7 +39,9 @@
 // Logits runs a whole sequence and gives the logits at every position. For generation, a
 // Cache keeps each layer's keys and values: Step appends tokens and returns their logits,
 // Next returns only the last position's (skipping the LM head elsewhere), and Clone forks a
-// prefix for several continuations. A token costs one pass over the weights plus attention
+// prefix for several continuations: the clones share the prefix's keys and values instead of
+// copying them, and NextBatch attends over a prefix the batch shares once for all of its
+// sequences (SetSharedAttention), with the bits each gets alone. A token costs one pass over the weights plus attention
 // over the tokens before it; Step of a prompt then one token at a time gives the same logits
 // as Logits of the whole sequence. Sequences are limited to max_position_embeddings.
 //

@@ -41,7 +41,8 @@ import (
 // ids only) and LogProbs (the log-probability of each sampled id at the sampling temperature,
 // 0 elsewhere) are aligned. Episode i samples from stream (Seed, i): the episodes do not
 // depend on how many run at once. Tasks with the same prompt share its forward pass (the KV
-// cache is cloned), which is what G samples of one task cost. The episodes being played
+// cache is cloned; on the host the clones share the prompt's keys and values), which is what
+// G samples of one task cost. The episodes being played
 // advance together: each round, the next step of every one (a sampled id, or an observation)
 // goes through the model as one batch (the policy's Decoder; on the host llm.Model.NextBatchFlat:
 // one pass over the weights for all of them, each getting the bits it would get alone), and
