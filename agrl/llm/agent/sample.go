@@ -54,7 +54,7 @@ func invTemperature(t float64) float64 {
 var errNonFinite = errors.New("the logits hold NaN or no finite value")
 
 // scaledMax is the largest of z·invT in float64, the shift of the log-softmax (logSoftmax's
-// and the scorer's, tokenStats'); logits that are NaN, +Inf or all -Inf are errNonFinite.
+// and the scorer's, rowStats'); logits that are NaN, +Inf or all -Inf are errNonFinite.
 func scaledMax(z []float32, invT float64) (float64, error) {
 	mx := math.Inf(-1)
 	for _, v := range z {

@@ -42,11 +42,13 @@ func (p *Policy) Score(tokens []int32, t float64) ([]float32, error) {
 // them out. The sequences share the model's passes over the weights (llm.Model.StepBatch,
 // at most scoreRows positions a pass), so scoring a rollout's episodes together costs about
 // what one long sequence of their total length does, and the row-wise work runs on every
-// core. Each token's log-probability is computed as the sampler computes it (the same
-// logits, the same float64 log-softmax), so a sequence scores the same alone or in a batch.
-// A sequence shorter than two tokens scores zeros; ids outside the vocabulary (in any
-// sequence), a sequence past the context and logits that are NaN or have no finite value are
-// errors.
+// core. Sequences that begin alike — a GRPO group's episodes of one prompt, several prompts
+// with one system prompt — share their common beginning: it runs once, and each goes on from
+// a clone of its cache (at least shareMin common positions; see planScoring). Each token's
+// log-probability is computed as the sampler computes it (the same logits, the same float64
+// log-softmax), so a sequence scores the same alone or in a batch, bit for bit. A sequence
+// shorter than two tokens scores zeros; ids outside the vocabulary (in any sequence), a
+// sequence past the context and logits that are NaN or have no finite value are errors.
 func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 	if math.IsNaN(t) || t < 0 || math.IsInf(t, 1) {
 		return nil, fmt.Errorf("agent: Score: temperature %v", t)
@@ -69,77 +71,196 @@ func (p *Policy) ScoreBatch(seqs [][]int32, t float64) ([]Scores, error) {
 			todo = append(todo, i)
 		}
 	}
-	// A pass takes the next positions of the sequences in order until scoreRows rows; a
-	// sequence's positions 0 … n-2 are fed (the last token is only scored). Every sequence but
-	// a pass's last ends in it, so only that one carries over: todo[next] from position from,
-	// its cache cur.
-	type part struct {
-		seq, from, to int // positions [from, to) of seqs[seq]
+	for _, level := range planScoring(seqs, todo) {
+		if err := p.scoreLevel(seqs, level, invT, out); err != nil {
+			return nil, err
+		}
 	}
-	next, from := 0, 0
-	var cur *llm.Cache
-	for next < len(todo) {
+	return out, nil
+}
+
+// shareMin is the fewest common positions that ScoreBatch runs once for the sequences that
+// share them rather than once each: shorter ones are not worth a cache of their own.
+const shareMin = 16
+
+// A scoreJob feeds positions [from, to) of its sequences (the same tokens in each) to a cache
+// and scores their next tokens: the row of position j scores token j+1 of each sequence. It
+// starts from a clone of its parent's cache (a new cache without a parent), and its own cache
+// is kept, once it ends, for its children.
+type scoreJob struct {
+	seqs     []int
+	from, to int
+	parent   *scoreJob
+	children int
+	cache    *llm.Cache
+}
+
+// planScoring lays out the sequences todo as jobs over their common beginnings, a tree of
+// them, returned level by level (a job's parent is in the level before it): the longest
+// beginning that several sequences share (at least shareMin positions past their parent's)
+// is one job of them all, and what follows splits them where their tokens differ, down to a
+// job for each sequence's own rest. Sequences that share nothing get one job each, as before.
+func planScoring(seqs [][]int32, todo []int) [][]*scoreJob {
+	var levels [][]*scoreJob
+	add := func(j *scoreJob, depth int) {
+		for len(levels) <= depth {
+			levels = append(levels, nil)
+		}
+		levels[depth] = append(levels[depth], j)
+		if j.parent != nil {
+			j.parent.children++
+		}
+	}
+	// plan lays out list, sequences that share positions [0, d) (run by parent, at depth).
+	var plan func(list []int, d int, parent *scoreJob, depth int)
+	plan = func(list []int, d int, parent *scoreJob, depth int) {
+		first := seqs[list[0]]
+		if len(list) == 1 {
+			add(&scoreJob{seqs: list, from: d, to: len(first) - 1, parent: parent}, depth)
+			return
+		}
+		P := len(first) - 1 // the common positions fed: the shortest's, at most
+		for _, i := range list[1:] {
+			s := seqs[i]
+			P = min(P, len(s)-1)
+			for j := d; j < P; j++ {
+				if s[j] != first[j] {
+					P = j
+				}
+			}
+		}
+		if P-d >= shareMin {
+			j := &scoreJob{seqs: list, from: d, to: P, parent: parent}
+			add(j, depth)
+			parent, d, depth = j, P, depth+1
+		}
+		// Split where the sequences part, at position P: by the token there, in order of
+		// appearance; a sequence that feeds nothing past P is a part of its own.
+		var keys []int32
+		parts := map[int32][]int{}
+		for _, i := range list {
+			if len(seqs[i])-1 == P {
+				if d < P { // not run above: its positions [d, P) are still to feed
+					add(&scoreJob{seqs: []int{i}, from: d, to: P, parent: parent}, depth)
+				}
+				continue
+			}
+			k := seqs[i][P]
+			if _, ok := parts[k]; !ok {
+				keys = append(keys, k)
+			}
+			parts[k] = append(parts[k], i)
+		}
+		for _, k := range keys {
+			plan(parts[k], d, parent, depth)
+		}
+	}
+	if len(todo) > 0 {
+		plan(todo, 0, nil, 0)
+	}
+	return levels
+}
+
+// scoreLevel runs a level of jobs, whose parents have run, in passes of at most scoreRows
+// positions: a pass takes the next positions of the jobs in order until scoreRows rows, so
+// every job but a pass's last ends in it, and only that one carries over to the next pass
+// with its cache. Each row's statistics go to out for each of its job's sequences.
+func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out []Scores) error {
+	type part struct {
+		job      *scoreJob
+		from, to int
+	}
+	next, from := 0, jobs[0].from
+	for next < len(jobs) {
 		var parts []part
 		var cs []*llm.Cache
 		var feeds [][]int32
 		budget := scoreRows
-		for k := next; k < len(todo) && budget > 0; k++ {
-			i, f, c := todo[k], 0, p.model.NewCache()
-			if k == next && cur != nil {
-				f, c = from, cur
+		for k := next; k < len(jobs) && budget > 0; k++ {
+			j, f := jobs[k], jobs[k].from
+			if k == next {
+				f = from
 			}
-			to := min(len(seqs[i])-1, f+budget)
-			parts = append(parts, part{i, f, to})
-			cs, feeds = append(cs, c), append(feeds, seqs[i][f:to])
+			if j.cache == nil { // its first pass
+				if j.parent != nil {
+					j.cache = j.parent.cache.Clone()
+					if j.parent.children--; j.parent.children == 0 {
+						j.parent.cache = nil // its last child has its clone
+					}
+				} else {
+					j.cache = p.model.NewCache()
+				}
+			}
+			to := min(j.to, f+budget)
+			parts = append(parts, part{j, f, to})
+			cs, feeds = append(cs, j.cache), append(feeds, seqs[j.seqs[0]][f:to])
 			budget -= to - f
 		}
 		rows, err := p.model.StepBatch(cs, feeds)
 		if err != nil { // the sequences were checked: a failure here is the model's
-			return nil, fmt.Errorf("agent: Score: %w", err)
+			return fmt.Errorf("agent: Score: %w", err)
 		}
 		type row struct {
-			z        []float32
-			seq, pos int // the row scores token pos of seqs[seq]
+			z   []float32
+			job *scoreJob
+			pos int // the row scores token pos of its job's sequences
 		}
 		var all []row
 		for k, pt := range parts {
 			for r, z := range rows[k] {
-				all = append(all, row{z, pt.seq, pt.from + r + 1})
+				all = append(all, row{z, pt.job, pt.from + r + 1})
 			}
 		}
 		var firstErr error
 		var mu sync.Mutex
 		parallel.Rows(len(all), func(lo, hi int) {
 			for _, r := range all[lo:hi] {
-				lp, ent, err := tokenStats(r.z, invT, seqs[r.seq][r.pos])
+				lse, ent, err := rowStats(r.z, invT)
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
-						firstErr = fmt.Errorf("agent: Score: sequence %d position %d: %w", r.seq, r.pos-1, err)
+						firstErr = fmt.Errorf("agent: Score: sequence %d position %d: %w", r.job.seqs[0], r.pos-1, err)
 					}
 					mu.Unlock()
 					return
 				}
-				out[r.seq].LogProbs[r.pos], out[r.seq].Entropy[r.pos] = float32(lp), float32(ent)
+				for _, s := range r.job.seqs {
+					id := seqs[s][r.pos]
+					out[s].LogProbs[r.pos] = float32(float64(float64(r.z[id])*invT) - lse)
+					out[s].Entropy[r.pos] = float32(ent)
+				}
 			}
 		})
 		if firstErr != nil {
-			return nil, firstErr
+			return firstErr
+		}
+		for _, pt := range parts[:len(parts)-1] {
+			if pt.job.children == 0 {
+				pt.job.cache = nil // a finished job's cache goes with it, unless a child clones it
+			}
 		}
 		next += len(parts)
-		cur = nil // a finished sequence's cache goes with it
-		if last := parts[len(parts)-1]; last.to < len(seqs[last.seq])-1 {
-			next, from, cur = next-1, last.to, cs[len(cs)-1]
+		last := parts[len(parts)-1]
+		if last.to < last.job.to {
+			next, from = next-1, last.to
+		} else {
+			if last.job.children == 0 {
+				last.job.cache = nil
+			}
+			if next < len(jobs) {
+				from = jobs[next].from
+			}
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// tokenStats returns, for the logits z at inverse temperature invT, the log-probability of
-// token id and the distribution's entropy, in float64. The log-probability is the sampler's
-// (logSoftmax: the same maximum, the same sum in the same order, so the same bits); the
-// entropy comes from the same pass, H = log Σe − Σe·d / Σe with d = x − max, e = exp(d).
-func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error) {
+// rowStats returns, for the logits z at inverse temperature invT, the log-sum-exp of the
+// scaled logits and the distribution's entropy, in float64: token id's log-probability is
+// float64(float64(z[id])·invT) − lse. The log-probability is the sampler's (logSoftmax: the
+// same maximum, the same sum in the same order, so the same bits); the entropy comes from the
+// same pass, H = log Σe − Σe·d / Σe with d = x − max, e = exp(d).
+func rowStats(z []float32, invT float64) (lse, ent float64, err error) {
 	mx, err := scaledMax(z, invT)
 	if err != nil {
 		return 0, 0, err
@@ -156,6 +277,5 @@ func tokenStats(z []float32, invT float64, id int32) (lp, ent float64, err error
 			sd += e * d
 		}
 	}
-	lse := mx + math.Log(sum)
-	return float64(float64(z[id])*invT) - lse, math.Log(sum) - sd/sum, nil
+	return mx + math.Log(sum), math.Log(sum) - sd/sum, nil
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,4 +129,90 @@ func sameBits(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// TestScoreBatchShares: sequences that begin alike share the passes over their common
+// beginnings (planScoring: a system prompt shared by two prompts, each prompt by its
+// continuations, duplicates, a sequence that ends where its prompt does, one that shares
+// fewer than shareMin positions, one spanning several passes from a clone), and each still
+// scores, bit for bit, what it scores alone; a GRPO group's episodes of one task, scored
+// together, give back the log-probs the sampler recorded, bit for bit.
+func TestScoreBatchShares(t *testing.T) {
+	p := loadPolicy(t, hf.Qwen3, nil)
+	rng := rand.New(rand.NewPCG(7, 7))
+	tokens := func(first int32, n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(rng.IntN(testVocab))
+		}
+		if n > 0 && first >= 0 {
+			s[0] = first
+		}
+		return s
+	}
+	cat := func(parts ...[]int32) []int32 { return slices.Concat(parts...) }
+	sys := tokens(-1, 40)
+	pA, pB := cat(sys, tokens(1, 30)), cat(sys, tokens(2, 25))
+	s1 := cat(pA, tokens(4, 20))
+	seqs := [][]int32{
+		cat(pA, tokens(3, 10)), s1, cat(pA, tokens(5, 1)), // one prompt's continuations
+		cat(pB, tokens(6, 12)), cat(pB, tokens(7, 12)), // another's, after the same system prompt
+		slices.Clone(s1), // a duplicate
+		pA,               // ends where its prompt does
+		cat(sys[:3], tokens((sys[3]+1)%testVocab, 5)), // shares 3 positions: too few
+		{5}, nil, // nothing to score
+		cat(pB, tokens(8, 300)), // several passes
+	}
+	// The plan, worked by hand: [0,40) shared by all but the short one, which runs [0,7)
+	// alone; pA's [40,69) and pB's [40,65); then s2's [69,70), s0's [69,79), the duplicates'
+	// [69,89) once, s3's and s4's [65,76) and the long one's [65,364).
+	fed, levels := 0, planScoring(seqs, []int{0, 1, 2, 3, 4, 5, 6, 7, 10})
+	for _, level := range levels {
+		for _, j := range level {
+			fed += j.to - j.from
+		}
+	}
+	if want := 40 + 7 + 29 + 25 + 1 + 10 + 20 + 11 + 11 + 299; fed != want || len(levels) != 3 {
+		t.Errorf("the plan feeds %d positions in %d levels, want %d in 3", fed, len(levels), want)
+	}
+	const temperature = 0.7
+	got, err := p.ScoreBatch(seqs, temperature)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		alone, err := p.ScoreBatch([][]int32{s}, temperature)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameBits(got[i].LogProbs, alone[0].LogProbs) || !sameBits(got[i].Entropy, alone[0].Entropy) {
+			t.Fatalf("sequence %d scores differently sharing its beginning and alone", i)
+		}
+	}
+
+	// A group: four episodes of one task share its prompt.
+	task := mustTask(t, "12+30")
+	eps, _, err := p.Rollout(calc.New().Turns(2), []agrl.Task{task, task, task, task}, agrl.RolloutOptions{
+		Sampling: agrl.Sampling{Temperature: temperature, Seed: 9, MaxActionTokens: 12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var group [][]int32
+	for _, ep := range eps {
+		group = append(group, ep.Tokens)
+	}
+	if levels := planScoring(group, []int{0, 1, 2, 3}); len(levels) < 2 || len(levels[0]) != 1 || len(levels[0][0].seqs) != 4 {
+		t.Fatal("the group's episodes do not share their prompt's pass")
+	}
+	sc, err := p.ScoreBatch(group, temperature)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, ep := range eps {
+		for j, m := range ep.LossMask {
+			if m == 1 && math.Float32bits(sc[k].LogProbs[j]) != math.Float32bits(ep.LogProbs[j]) {
+				t.Fatalf("episode %d position %d: scored %v, the sampler recorded %v", k, j, sc[k].LogProbs[j], ep.LogProbs[j])
+			}
+		}
+	}
 }
