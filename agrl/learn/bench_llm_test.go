@@ -442,3 +442,41 @@ func TestLLMRollout(t *testing.T) {
 		return float64(st.Generated), err
 	})
 }
+
+// TestLLMScoreGroups times the pretrained path's scoring as GRPO's KL reference pass runs it,
+// when AGRL_BENCH_LLM names a shape (skipped otherwise): the episodes of one step of two
+// tasks of the toy add environment, 8 episodes each (played once, as TestLLMRollout plays
+// them), scored together with the current weights (PretrainedPolicy.Score, on the host),
+// AGRL_BENCH_STEPS times (4 by default). It prints each pass's wall, user and system time
+// and the scored tokens per second: the way to see what a change to the scorer does
+// (docs/llm.md, "Scoring shares the prompt").
+func TestLLMScoreGroups(t *testing.T) {
+	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
+	n := benchSteps(t, 4)
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := addEnv{maxTurns: 2}
+	tasks, err := agrl.NewMix(5).Tasks(env, agrl.Train, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks = slices.Concat(slices.Repeat(tasks[:1], 8), slices.Repeat(tasks[1:], 8))
+	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, MaxActionTokens: 48, Seed: 1}, MaxTokens: 1024}
+	eps, _, err := p.Rollout(env, tasks, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs [][]int32
+	scored := 0
+	for _, ep := range eps {
+		seqs = append(seqs, ep.Tokens)
+		scored += len(ep.Tokens) - 1
+	}
+	fmt.Printf("%d episodes, %d tokens scored a pass\n", len(seqs), scored)
+	timeRuns(t, "score", n, func(int) (float64, error) {
+		_, err := p.Score(seqs, 1)
+		return float64(scored), err
+	})
+}

@@ -170,6 +170,9 @@ func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out 
 		job      *scoreJob
 		from, to int
 	}
+	if len(jobs) == 0 {
+		return nil
+	}
 	next, from := 0, jobs[0].from
 	for next < len(jobs) {
 		var parts []part

@@ -216,3 +216,72 @@ func TestScoreBatchShares(t *testing.T) {
 		}
 	}
 }
+
+// planScoring's plan, on random sets of sequences built to share beginnings (random trees of
+// segments, duplicates, sequences that end inside others): every sequence's positions to feed,
+// [0, len−1), are covered exactly once by a chain of jobs that each start where their parent
+// ends, every job's sequences hold the same tokens over its positions, parents sit one level
+// above their children, and no shared job is shorter than shareMin.
+func TestPlanScoringCovers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := range 300 {
+		var seqs [][]int32
+		for range 1 + rng.IntN(12) {
+			var s []int32
+			if len(seqs) > 0 && rng.IntN(4) > 0 { // continue a beginning of an earlier one
+				o := seqs[rng.IntN(len(seqs))]
+				s = slices.Clone(o[:rng.IntN(len(o)+1)])
+			}
+			for range rng.IntN(40) {
+				s = append(s, int32(rng.IntN(3))) // few distinct tokens: long accidental matches too
+			}
+			seqs = append(seqs, s)
+		}
+		var todo []int
+		for i, s := range seqs {
+			if len(s) >= 2 {
+				todo = append(todo, i)
+			}
+		}
+		covered := make([][]int, len(seqs)) // positions fed for each sequence, in order
+		depth := map[*scoreJob]int{}
+		for d, level := range planScoring(seqs, todo) {
+			for _, j := range level {
+				depth[j] = d
+				if j.to <= j.from {
+					t.Fatalf("trial %d: an empty job [%d, %d)", trial, j.from, j.to)
+				}
+				if j.parent != nil && (depth[j.parent] != d-1 || j.parent.to != j.from) {
+					t.Fatalf("trial %d: a job at level %d from %d under a parent at level %d ending at %d", trial, d, j.from, depth[j.parent], j.parent.to)
+				}
+				if j.parent == nil && j.from != 0 {
+					t.Fatalf("trial %d: a job without a parent starts at %d", trial, j.from)
+				}
+				if len(j.seqs) > 1 && j.to-j.from < shareMin {
+					t.Fatalf("trial %d: a shared job of %d positions", trial, j.to-j.from)
+				}
+				for _, i := range j.seqs {
+					if j.parent != nil && !slices.Contains(j.parent.seqs, i) {
+						t.Fatalf("trial %d: sequence %d goes on from a job that did not run it", trial, i)
+					}
+					if !slices.Equal(seqs[i][j.from:j.to], seqs[j.seqs[0]][j.from:j.to]) || j.to > len(seqs[i])-1 {
+						t.Fatalf("trial %d: sequence %d does not hold the job's tokens", trial, i)
+					}
+					for k := j.from; k < j.to; k++ {
+						covered[i] = append(covered[i], k)
+					}
+				}
+			}
+		}
+		for i, s := range seqs {
+			want := []int{}
+			for k := range max(0, len(s)-1) {
+				want = append(want, k)
+			}
+			slices.Sort(covered[i])
+			if !slices.Equal(covered[i], want) && (len(covered[i]) > 0 || len(want) > 0) {
+				t.Fatalf("trial %d: sequence %d of %d tokens is fed positions %v", trial, i, len(s), covered[i])
+			}
+		}
+	}
+}
