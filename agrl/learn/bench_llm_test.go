@@ -413,6 +413,29 @@ func timeRuns(t *testing.T, what string, n int, run func(i int) (float64, error)
 	fmt.Printf("%ss 2–%d: mean wall %.2f s, sys %.2f s, %.0f minor faults a %s, %.1f tokens/s\n", what, n-1, wall/k, sys/k, float64(faults)/k, what, tokens/wall)
 }
 
+// benchGroups sets up TestLLMRollout and TestLLMScoreGroups, when AGRL_BENCH_LLM names a
+// shape (skipping the test otherwise): a LoRA policy with random weights of that shape, the
+// toy add environment of 2 turns, and distinct tasks of it, each 8 times in a row (a GRPO
+// group each); n is AGRL_BENCH_STEPS, or steps.
+func benchGroups(t *testing.T, distinct, steps int) (p *PretrainedPolicy, env addEnv, tasks []agrl.Task, n int) {
+	t.Helper()
+	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
+	n = benchSteps(t, steps)
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env = addEnv{maxTurns: 2}
+	distinctTasks, err := agrl.NewMix(5).Tasks(env, agrl.Train, distinct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range distinctTasks {
+		tasks = append(tasks, slices.Repeat([]agrl.Task{task}, 8)...)
+	}
+	return p, env, tasks, n
+}
+
 // TestLLMRollout times the pretrained path's sampling as a GRPO rollout does it, when
 // AGRL_BENCH_LLM names a shape (skipped otherwise): 8 episodes of one task of the toy add
 // environment (a group), played with the random-weight model on the host (prefill of the
@@ -423,18 +446,7 @@ func timeRuns(t *testing.T, what string, n int, run func(i int) (float64, error)
 // means from the third round on: the way to see what a change to the sampler does
 // (docs/llm.md, "Decoding at a rollout's lengths").
 func TestLLMRollout(t *testing.T) {
-	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
-	n := benchSteps(t, 6)
-	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := addEnv{maxTurns: 2}
-	tasks, err := agrl.NewMix(5).Tasks(env, agrl.Train, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks = slices.Repeat(tasks, 8)
+	p, env, tasks, n := benchGroups(t, 1, 6)
 	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, MaxActionTokens: 48}, MaxTokens: 1024}
 	timeRuns(t, "round", n, func(i int) (float64, error) {
 		opt.Sampling.Seed = uint64(i + 1)
@@ -451,18 +463,7 @@ func TestLLMRollout(t *testing.T) {
 // and the scored tokens per second: the way to see what a change to the scorer does
 // (docs/llm.md, "Scoring shares the prompt").
 func TestLLMScoreGroups(t *testing.T) {
-	_, _, dir := benchShape(t, "AGRL_BENCH_LLM")
-	n := benchSteps(t, 4)
-	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	env := addEnv{maxTurns: 2}
-	tasks, err := agrl.NewMix(5).Tasks(env, agrl.Train, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks = slices.Concat(slices.Repeat(tasks[:1], 8), slices.Repeat(tasks[1:], 8))
+	p, env, tasks, n := benchGroups(t, 2, 4)
 	opt := agrl.RolloutOptions{Sampling: agrl.Sampling{Temperature: 1, MaxActionTokens: 48, Seed: 1}, MaxTokens: 1024}
 	eps, _, err := p.Rollout(env, tasks, opt)
 	if err != nil {

@@ -1,6 +1,7 @@
 package learn
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"runtime"
@@ -19,13 +20,7 @@ import (
 // row-split path of a prompt, the column-split path of a few decoding rows), which is what lets
 // the sampler batch episodes without changing them.
 func TestNextBatchHostKernels(t *testing.T) {
-	if !hostKernels {
-		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
-	}
-	m, err := llm.Load(tinyQwen3(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := hostKernelModel(t)
 	seq := func(n, salt int) []int32 {
 		s := make([]int32, n)
 		for i := range s {
@@ -53,22 +48,7 @@ func TestNextBatchHostKernels(t *testing.T) {
 			}
 			feeds = append(feeds, feed)
 		}
-		for round := range 4 {
-			got, err := m.NextBatch(batch, feeds)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range feeds {
-				want, err := m.Next(alone[i], feeds[i])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(got[i], want) {
-					t.Fatalf("batch of %d, round %d, sequence %d: NextBatch's logits differ from Next's", width, round, i)
-				}
-				feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
-			}
-		}
+		decodeAsAlone(t, m, batch, alone, feeds, 4, nil, fmt.Sprintf("batch of %d", width))
 	}
 }
 
@@ -80,14 +60,8 @@ func TestNextBatchHostKernels(t *testing.T) {
 // sequences that attend alone in the same batch (an unrelated cache, an observation of
 // several tokens).
 func TestSharedPrefixBatch(t *testing.T) {
-	if !hostKernels {
-		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
-	}
-	m, err := llm.Load(tinyQwen3(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := make([]int32, kBlock+44)
+	m := hostKernelModel(t)
+	prompt := make([]int32, 300) // longer than the simd kernels' contraction block (kBlock, 256)
 	for i := range prompt {
 		prompt[i] = int32((i*29+5)%300) + 1
 	}
@@ -120,34 +94,61 @@ func TestSharedPrefixBatch(t *testing.T) {
 			feeds = append(feeds, []int32{int32(i + 1)})
 		}
 		calls = 0
-		for round := range 5 {
+		decodeAsAlone(t, m, batch, alone, feeds, 5, func(round int) {
 			if round == 2 { // a clone of a clone: it shares the prompt and copies its own positions
 				batch[1] = batch[1].Clone()
 			}
 			if round == 3 {
 				feeds[0] = []int32{7, 8, 9, 10, 11} // an observation: it attends alone
 			}
-			got, err := m.NextBatch(batch, feeds)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range feeds {
-				want, err := m.Next(alone[i], feeds[i])
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !slices.Equal(got[i], want) {
-					t.Fatalf("%d clones, round %d, sequence %d: the logits differ from the sequence's alone", width, round, i)
-				}
-				feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
-			}
-		}
+		}, fmt.Sprintf("%d clones", width))
 		steps := 5 // decoding steps with two clones or more fed one token each
 		if width == 2 {
 			steps = 4 // round 3 leaves one
 		}
 		if want := steps * m.Config().NumHiddenLayers; calls != want {
 			t.Errorf("%d clones: the shared kernel ran %d times, want %d (each layer of each such step)", width, calls, want)
+		}
+	}
+}
+
+// hostKernelModel loads the tiny Qwen3 checkpoint for a test of the host kernels, which it
+// skips where they do not run.
+func hostKernelModel(t *testing.T) *llm.Model {
+	t.Helper()
+	if !hostKernels {
+		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
+	}
+	m, err := llm.Load(tinyQwen3(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// decodeAsAlone runs rounds of NextBatch over batch (before(round), when not nil, may change
+// the batch and feeds first) and fails unless every sequence's logits are, bit for bit,
+// those Next gives for the same feed on its cache in alone; each round then feeds every
+// sequence its greedy token.
+func decodeAsAlone(t *testing.T, m *llm.Model, batch, alone []*llm.Cache, feeds [][]int32, rounds int, before func(round int), what string) {
+	t.Helper()
+	for round := range rounds {
+		if before != nil {
+			before(round)
+		}
+		got, err := m.NextBatch(batch, feeds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range feeds {
+			want, err := m.Next(alone[i], feeds[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got[i], want) {
+				t.Fatalf("%s, round %d, sequence %d: NextBatch's logits differ from the sequence's alone", what, round, i)
+			}
+			feeds[i] = []int32{int32(slices.Index(want, slices.Max(want)))}
 		}
 	}
 }
@@ -248,13 +249,7 @@ func TestBatchedRolloutSameEpisodes(t *testing.T) {
 // the clone's own positions) as over one cache, and
 // (TestNextBatchHostKernels) the same bits whether a sequence is decoded alone or in a batch.
 func TestHostAttention(t *testing.T) {
-	if !hostKernels {
-		t.Skip("the host kernels run in GOEXPERIMENT=simd builds on AVX-512 or AVX2 CPUs")
-	}
-	m, err := llm.Load(tinyQwen3(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := hostKernelModel(t)
 	prompt := make([]int32, 300)
 	for i := range prompt {
 		prompt[i] = int32((i*53+7)%310) + 1

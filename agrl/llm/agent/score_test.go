@@ -38,17 +38,8 @@ func TestScoreBatch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			scoresAsAlone(t, p, seqs, got, temperature)
 			for i, s := range seqs {
-				alone, err := p.ScoreBatch([][]int32{s}, temperature)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(got[i].LogProbs) != len(s) || len(got[i].Entropy) != len(s) {
-					t.Fatalf("sequence %d: %d log-probs and %d entropies for %d tokens", i, len(got[i].LogProbs), len(got[i].Entropy), len(s))
-				}
-				if !sameBits(got[i].LogProbs, alone[0].LogProbs) || !sameBits(got[i].Entropy, alone[0].Entropy) {
-					t.Fatalf("sequence %d scores differently in the batch and alone", i)
-				}
 				if len(s) < 2 {
 					if len(s) == 1 && (got[i].LogProbs[0] != 0 || got[i].Entropy[0] != 0) {
 						t.Fatalf("a one-token sequence scored %v", got[i])
@@ -90,6 +81,24 @@ func TestScoreBatch(t *testing.T) {
 				t.Fatal("no sampled token")
 			}
 		})
+	}
+}
+
+// scoresAsAlone fails unless got, ScoreBatch's scores of seqs together, hold for each
+// sequence a log-prob and an entropy per token, bit for bit those it scores alone.
+func scoresAsAlone(t *testing.T, p *Policy, seqs [][]int32, got []Scores, temperature float64) {
+	t.Helper()
+	for i, s := range seqs {
+		alone, err := p.ScoreBatch([][]int32{s}, temperature)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got[i].LogProbs) != len(s) || len(got[i].Entropy) != len(s) {
+			t.Fatalf("sequence %d: %d log-probs and %d entropies for %d tokens", i, len(got[i].LogProbs), len(got[i].Entropy), len(s))
+		}
+		if !sameBits(got[i].LogProbs, alone[0].LogProbs) || !sameBits(got[i].Entropy, alone[0].Entropy) {
+			t.Fatalf("sequence %d scores differently in the batch and alone", i)
+		}
 	}
 }
 
@@ -180,15 +189,7 @@ func TestScoreBatchShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, s := range seqs {
-		alone, err := p.ScoreBatch([][]int32{s}, temperature)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !sameBits(got[i].LogProbs, alone[0].LogProbs) || !sameBits(got[i].Entropy, alone[0].Entropy) {
-			t.Fatalf("sequence %d scores differently sharing its beginning and alone", i)
-		}
-	}
+	scoresAsAlone(t, p, seqs, got, temperature)
 
 	// A group: four episodes of one task share its prompt.
 	task := mustTask(t, "12+30")
