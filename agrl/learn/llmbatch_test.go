@@ -58,7 +58,7 @@ func TestNextBatchHostKernels(t *testing.T) {
 // of its own — groups of 2, 5 and 9 clones (chunks of 4 sequences, the last one short), a
 // prompt longer than the kernels' contraction block, clones of clones among them, and
 // sequences that attend alone in the same batch (an unrelated cache, an observation of
-// several tokens).
+// several tokens); and none of it while the portable attention loop is installed.
 func TestSharedPrefixBatch(t *testing.T) {
 	m := hostKernelModel(t)
 	prompt := make([]int32, 300) // longer than the simd kernels' contraction block (kBlock, 256)
@@ -109,6 +109,21 @@ func TestSharedPrefixBatch(t *testing.T) {
 		if want := steps * m.Config().NumHiddenLayers; calls != want {
 			t.Errorf("%d clones: the shared kernel ran %d times, want %d (each layer of each such step)", width, calls, want)
 		}
+	}
+	// With the portable attention loop, which has no shared counterpart, the clones attend
+	// one by one: the batch keeps the bits of each alone.
+	llm.SetAttention(nil)
+	defer llm.SetAttention(hostAttend)
+	shared := m.NewCache()
+	if _, err := m.Step(shared, prompt); err != nil {
+		t.Fatal(err)
+	}
+	batch := []*llm.Cache{shared.Clone(), shared.Clone(), shared.Clone()}
+	alone := []*llm.Cache{shared.Clone(), shared.Clone(), shared.Clone()}
+	calls = 0
+	decodeAsAlone(t, m, batch, alone, [][]int32{{1}, {2}, {3}}, 2, nil, "the portable loop")
+	if calls != 0 {
+		t.Errorf("the shared kernel ran %d times beside the portable loop", calls)
 	}
 }
 

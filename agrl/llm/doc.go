@@ -40,10 +40,11 @@
 // Cache keeps each layer's keys and values: Step appends tokens and returns their logits,
 // Next returns only the last position's (skipping the LM head elsewhere), and Clone forks a
 // prefix for several continuations: the clones share the prefix's keys and values instead of
-// copying them, and NextBatch attends over a prefix the batch shares once for all of its
-// sequences (SetSharedAttention), with the bits each gets alone. A token costs one pass over the weights plus attention
-// over the tokens before it; Step of a prompt then one token at a time gives the same logits
-// as Logits of the whole sequence. Sequences are limited to max_position_embeddings.
+// copying them, and NextBatch's decoding steps over a prefix that several of its sequences
+// share read it once for several sequences at a time (SetSharedAttention), with the bits
+// each gets alone. A token costs one pass over the weights plus attention over the tokens
+// before it; Step of a prompt then one token at a time gives the same logits as Logits of
+// the whole sequence. Sequences are limited to max_position_embeddings.
 //
 // A model holds its weights in float32, one copy. Share hands it a tensor that another owner
 // holds in memory already (a GoMLX store on the go backend, whose buffers are Go memory), a

@@ -45,8 +45,9 @@ func (m *Model) NewCache() *Cache {
 // Len is the number of positions the cache holds: the tokens fed to it so far.
 func (c *Cache) Len() int { return c.n }
 
-// Clone returns an independent copy of c, to continue one prefix in several ways (say, G
-// samples of one prompt) without running the prefix again. The copy shares c's positions
+// Clone returns an independent continuation of c, to continue one prefix in several ways
+// (say, G samples of one prompt) without running the prefix again: appending to either cache
+// leaves the other as it was. The clone shares c's positions
 // instead of copying them (neither cache ever writes them again), so a clone costs memory
 // only for the positions appended to it afterwards; a clone of a clone shares what the first
 // one shared and copies the positions appended to it since.
@@ -163,7 +164,9 @@ func (m *Model) check(c *Cache, ids []int32) error {
 // is what makes decoding a group of episodes cheaper than decoding them one by one (batch-1
 // decoding reads every weight for one token). Each sequence's logits are bit for bit those
 // Next returns for it alone: every product computes each row on its own (the same chain of
-// multiply-adds, whatever the other rows), and attention runs per sequence. Every cache must
+// multiply-adds, whatever the other rows), and attention runs per sequence (or, for decoding
+// steps over one shared prefix, SetSharedAttention's kernel, which gives each the same
+// bits). Every cache must
 // be distinct and each (cache, ids) valid as for Next; on an error no cache is changed.
 func (m *Model) NextBatch(caches []*Cache, ids [][]int32) ([][]float32, error) {
 	flat, err := m.NextBatchFlat(caches, ids)
@@ -732,8 +735,8 @@ var attentionKernel func(out, q []float32, pre, own Span, T, nq, nkv, D int)
 
 // SetAttention installs f as the kernel of the forward pass's attention, in place of the
 // portable loop. f(out, q, pre, own, T, nq, nkv, D) is causal grouped-query attention over
-// n = pre.Len + own.Len positions, pre's first (pre may be empty, and is when the cache was
-// not cloned): query t of head h (q is [T, nq·D], the query at position n−T+t, every query
+// n = pre.Len + own.Len positions, pre's first (pre may be empty, and is unless the cache is
+// a clone): query t of head h (q is [T, nq·D], the query at position n−T+t, every query
 // in own) attends to positions 0 … n−T+t of key-value head h/(nq/nkv) with weights
 // softmax(q·k/sqrt(D)), and the weighted sum of their values is written to out, [T, nq·D]
 // (every element). f must keep no reference to its arguments, and compute each sequence's
@@ -755,19 +758,20 @@ var sharedAttentionKernel func(out, q [][]float32, pre Span, own []Span, nq, nkv
 // SetAttention's kernel writes for (out[e], q[e], pre, own[e], T = 1), bit for bit — so that a
 // sequence's logits stay those it gets alone (NextBatch) — while it may read the prefix once
 // for all of them: its keys and values are most of what a decoding step's attention reads. f
-// must keep no reference to its arguments. Without it (nil, the default) each sequence
-// attends on its own. agrl/learn installs one with its vector kernels; call it before any
+// must keep no reference to its arguments. Without it (nil, the default), or while no
+// SetAttention kernel is installed (the portable loop has no shared counterpart), each
+// sequence attends on its own. agrl/learn installs one with its vector kernels; call it before any
 // model runs (it is not synchronised).
 func SetSharedAttention(f func(out, q [][]float32, pre Span, own []Span, nq, nkv, D int)) {
 	sharedAttentionKernel = f
 }
 
 // sharedGroups returns the sequences of a batch whose attention goes to the shared-prefix
-// kernel (SetSharedAttention), when one is installed: those fed one token whose caches share
-// one prefix, in groups of two or more. joint[i] reports whether sequence i is in a group;
-// the others attend alone.
+// kernel (SetSharedAttention), when one is installed with a SetAttention kernel to match:
+// those fed one token whose caches share one prefix, in groups of two or more. joint[i]
+// reports whether sequence i is in a group; the others attend alone.
 func sharedGroups(caches []*Cache, ids [][]int32) (groups [][]int, joint []bool) {
-	if sharedAttentionKernel == nil {
+	if sharedAttentionKernel == nil || attentionKernel == nil {
 		return nil, make([]bool, len(caches))
 	}
 	type prefix struct {

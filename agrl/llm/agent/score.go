@@ -44,7 +44,8 @@ func (p *Policy) Score(tokens []int32, t float64) ([]float32, error) {
 // what one long sequence of their total length does, and the row-wise work runs on every
 // core. Sequences that begin alike — a GRPO group's episodes of one prompt, several prompts
 // with one system prompt — share their common beginning: it runs once, and each goes on from
-// a clone of its cache (at least shareMin common positions; see planScoring). Each token's
+// a clone of its cache (at least shareMin common positions; see planScoring; the caches of
+// the shared beginnings stay in memory until their continuations start). Each token's
 // log-probability is computed as the sampler computes it (the same logits, the same float64
 // log-softmax), so a sequence scores the same alone or in a batch, bit for bit. A sequence
 // shorter than two tokens scores zeros; ids outside the vocabulary (in any sequence), a
