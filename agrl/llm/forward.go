@@ -809,30 +809,19 @@ func attendLoop(out, q []float32, pre, own Span, T, nq, nkv, D int) {
 	kvw := nkv * D
 	start := pre.Len + own.Len - T
 	scores := make([]float32, start+T)
-	// key and value of dimension row off (a head's first) at position j, in whichever span
-	// holds it.
-	key := func(off, j int) ([]float32, int) {
-		if j < pre.Len {
-			return pre.Keys[off*pre.Stride+j:], pre.Stride
-		}
-		return own.Keys[off*own.Stride+j-pre.Len:], own.Stride
-	}
-	value := func(off, j int) []float32 {
-		if j < pre.Len {
-			return pre.Values[j*kvw+off : j*kvw+off+D]
-		}
-		j -= pre.Len
-		return own.Values[j*kvw+off : j*kvw+off+D]
-	}
 	for t := range T {
-		n := start + t + 1 // positions visible to this query
+		n := start + t + 1 // positions visible to this query: pre's, then n−pre.Len of own's
 		for hd := range nq {
 			qh := q[(t*nq+hd)*D : (t*nq+hd+1)*D]
 			off := (hd / group) * D
 			mx := float32(math.Inf(-1))
-			for j := range n {
-				kt, ld := key(off, j)
-				s := dotStrided(qh, kt, ld) * scale
+			for j := range pre.Len {
+				s := dotStrided(qh, pre.Keys[off*pre.Stride+j:], pre.Stride) * scale
+				scores[j] = s
+				mx = max(mx, s)
+			}
+			for j := pre.Len; j < n; j++ {
+				s := dotStrided(qh, own.Keys[off*own.Stride+j-pre.Len:], own.Stride) * scale
 				scores[j] = s
 				mx = max(mx, s)
 			}
@@ -845,7 +834,12 @@ func attendLoop(out, q []float32, pre, own Span, T, nq, nkv, D int) {
 			oh := out[(t*nq+hd)*D : (t*nq+hd+1)*D]
 			for j := range n {
 				p := scores[j] / sum
-				vj := value(off, j)
+				var vj []float32
+				if j < pre.Len {
+					vj = pre.Values[j*kvw+off : j*kvw+off+D]
+				} else {
+					vj = own.Values[(j-pre.Len)*kvw+off : (j-pre.Len)*kvw+off+D]
+				}
 				for d := range oh {
 					oh[d] += p * vj[d]
 				}
