@@ -164,27 +164,21 @@ func planScoring(seqs [][]int32, todo []int) [][]*scoreJob {
 
 // scoreLevel runs a level of jobs, whose parents have run, in passes of at most scoreRows
 // positions: a pass takes the next positions of the jobs in order until scoreRows rows, so
-// every job but a pass's last ends in it, and only that one carries over to the next pass
-// with its cache. Each row's statistics go to out for each of its job's sequences.
+// every job but a pass's last ends in it, and only that one carries over to the next pass,
+// going on from its cache's length. Each row's statistics go to out for each of its job's
+// sequences.
 func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out []Scores) error {
 	type part struct {
 		job      *scoreJob
 		from, to int
 	}
-	if len(jobs) == 0 {
-		return nil
-	}
-	next, from := 0, jobs[0].from
-	for next < len(jobs) {
+	for next := 0; next < len(jobs); {
 		var parts []part
 		var cs []*llm.Cache
 		var feeds [][]int32
 		budget := scoreRows
 		for k := next; k < len(jobs) && budget > 0; k++ {
-			j, f := jobs[k], jobs[k].from
-			if k == next {
-				f = from
-			}
+			j := jobs[k]
 			if j.cache == nil { // its first pass
 				if j.parent != nil {
 					j.cache = j.parent.cache.Clone()
@@ -195,6 +189,7 @@ func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out 
 					j.cache = p.model.NewCache()
 				}
 			}
+			f := j.cache.Len() // where it goes on: its from, or where the last pass left it
 			to := min(j.to, f+budget)
 			parts = append(parts, part{j, f, to})
 			cs, feeds = append(cs, j.cache), append(feeds, seqs[j.seqs[0]][f:to])
@@ -238,22 +233,14 @@ func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out 
 		if firstErr != nil {
 			return firstErr
 		}
-		for _, pt := range parts[:len(parts)-1] {
-			if pt.job.children == 0 {
+		for _, pt := range parts {
+			if pt.to == pt.job.to && pt.job.children == 0 {
 				pt.job.cache = nil // a finished job's cache goes with it, unless a child clones it
 			}
 		}
 		next += len(parts)
-		last := parts[len(parts)-1]
-		if last.to < last.job.to {
-			next, from = next-1, last.to
-		} else {
-			if last.job.children == 0 {
-				last.job.cache = nil
-			}
-			if next < len(jobs) {
-				from = jobs[next].from
-			}
+		if last := parts[len(parts)-1]; last.to < last.job.to {
+			next-- // it goes on in the next pass, from its cache's length
 		}
 	}
 	return nil
