@@ -259,7 +259,7 @@ func TestStepErrors(t *testing.T) {
 		{"empty", c, nil, "no tokens"},
 		{"negative", c, []int32{4, -1}, "token -1 (position 4) is outside the vocabulary [0, 256)"},
 		{"past vocab", c, []int32{256}, "token 256 (position 3)"},
-		{"too long", c, []int32{1, 2, 3, 4, 5, 6}, "6 tokens after 3 in the cache exceed max_position_embeddings 8"},
+		{"too long", c, []int32{1, 2, 3, 4, 5, 6}, "6 tokens after 3 exceed max_position_embeddings 8"},
 		{"nil cache", nil, []int32{1}, "nil cache"},
 		{"other model", other.NewCache(), []int32{1}, "another model"},
 		{"zero cache", &Cache{}, []int32{1}, "not made by NewCache"},

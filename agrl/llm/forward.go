@@ -144,15 +144,23 @@ func (m *Model) check(c *Cache, ids []int32) error {
 		return errors.New("llm: the cache was not made by NewCache")
 	case c.m != m:
 		return errors.New("llm: the cache belongs to another model")
+	}
+	return m.checkIDs(c.n, ids)
+}
+
+// checkIDs checks ids as the tokens at positions after, after+1, …: at least one, each inside
+// the vocabulary, none past max_position_embeddings.
+func (m *Model) checkIDs(after int, ids []int32) error {
+	switch {
 	case len(ids) == 0:
 		return errors.New("llm: no tokens")
-	case c.n+len(ids) > m.cfg.MaxPositionEmbeddings:
-		return fmt.Errorf("llm: %d tokens after %d in the cache exceed max_position_embeddings %d",
-			len(ids), c.n, m.cfg.MaxPositionEmbeddings)
+	case after+len(ids) > m.cfg.MaxPositionEmbeddings:
+		return fmt.Errorf("llm: %d tokens after %d exceed max_position_embeddings %d",
+			len(ids), after, m.cfg.MaxPositionEmbeddings)
 	}
 	for i, id := range ids {
 		if id < 0 || int(id) >= m.cfg.VocabSize {
-			return fmt.Errorf("llm: token %d (position %d) is outside the vocabulary [0, %d)", id, c.n+i, m.cfg.VocabSize)
+			return fmt.Errorf("llm: token %d (position %d) is outside the vocabulary [0, %d)", id, after+i, m.cfg.VocabSize)
 		}
 	}
 	return nil

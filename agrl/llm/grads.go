@@ -135,6 +135,8 @@ func (tr *Trace) BackwardWeights(dh []float32, grads *WeightGrads) error {
 	switch {
 	case tr.layers == nil:
 		return errors.New("llm: BackwardWeights: the trace was used already")
+	case tr.open > 0:
+		return fmt.Errorf("llm: BackwardWeights: %d traces that continue this one have not run their backward pass", tr.open)
 	case grads == nil:
 		return errors.New("llm: BackwardWeights: nil gradients")
 	case len(dh) != tr.n*tr.m.cfg.HiddenSize:

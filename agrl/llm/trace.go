@@ -96,6 +96,18 @@ type Trace struct {
 	dropout  float64   // LoRA dropout (TraceOptions)
 	seed     uint64
 	bufs     [2][]float32 // projBack's transposes, kept from one projection to the next (scratch)
+	start    int          // the position of its first row: the prefix's length when it continues one (TraceAfter), else 0
+	pre      *Trace       // the prefix it continues (TraceAfter), until its backward pass
+	kv       []prefixKV   // a prefix's (TraceOptions.Prefix) keys and values of each layer, for the traces that continue it
+	open     int          // how many traces continue it and have not run their backward pass
+}
+
+// prefixKV is one layer's keys and values of a prefix trace (TraceOptions.Prefix), [n, kv
+// heads·head_dim] each after RoPE, kept for the traces that continue it (TraceAfter): their
+// attention reads them, and their backward passes add the gradients of those keys and values
+// into dk and dv (made at the first), which the prefix's own backward pass then takes on.
+type prefixKV struct {
+	k, v, dk, dv []float32
 }
 
 // scratch returns tr's working buffer k holding n floats, grown as needed; its contents are
@@ -143,6 +155,11 @@ type TraceOptions struct {
 	Dropout float64
 	// Seed chooses the dropout masks.
 	Seed uint64
+	// Prefix keeps each layer's keys and values (a position and layer take 2·num_key_value_heads·
+	// head_dim floats more, twice that once a continuation has run its backward pass), so
+	// that other traces can continue this one (TraceAfter): the episodes of one prompt,
+	// traced as the prompt once and each episode's rest after it.
+	Prefix bool
 }
 
 // TraceWith is Trace with options: checkpointing and LoRA dropout.
@@ -153,7 +170,48 @@ func (m *Model) TraceWith(ids []int32, o TraceOptions) (*Trace, error) {
 	case o.Dropout > 0 && m.lora == nil:
 		return nil, errors.New("llm: Trace: dropout without adapters")
 	}
-	return m.trace(ids, o)
+	return m.trace(nil, ids, o)
+}
+
+// TraceAfter traces ids as the continuation of the sequence pre traced (with
+// TraceOptions.Prefix, by the same model): its rows are positions pre.Len() … pre.Len()+len(ids)−1
+// of the sequence pre's tokens then ids, and their attention reads pre's keys and values. Its
+// hidden states are those of the whole sequence's trace at those positions (bit for bit
+// without dropout: the attention kernels give the same bits however a sequence's positions
+// are split, SetAttention), for the cost of its own positions only. Several traces may
+// continue one prefix: that is what it is for (a group of episodes of one prompt, the prompt
+// traced once).
+//
+// Its Backward adds to the adapters' (or BackwardWeights to the weights') gradients the terms
+// of its own positions, and sums into pre the gradients of pre's keys and values: pre's own
+// backward pass, which must come after every continuation's (it fails before), takes them on,
+// with the gradient of pre's hidden states — that of the loss over pre's positions, summed
+// over the sequences that contain them. Dropout masks are drawn at each row's position in
+// the whole sequence. A continuation cannot be a prefix itself, and the traces must not run
+// their backward passes concurrently.
+func (m *Model) TraceAfter(pre *Trace, ids []int32, o TraceOptions) (*Trace, error) {
+	switch {
+	case pre == nil:
+		return nil, errors.New("llm: TraceAfter: nil prefix")
+	case pre.m != m:
+		return nil, errors.New("llm: TraceAfter: the prefix was traced by another model")
+	case pre.layers == nil:
+		return nil, errors.New("llm: TraceAfter: the prefix's backward pass ran already")
+	case pre.kv == nil:
+		return nil, errors.New("llm: TraceAfter: the prefix was traced without TraceOptions.Prefix")
+	case o.Prefix:
+		return nil, errors.New("llm: TraceAfter: a continuation cannot be a prefix itself")
+	case !(o.Dropout >= 0 && o.Dropout < 1):
+		return nil, fmt.Errorf("llm: TraceAfter: dropout %v is outside [0, 1)", o.Dropout)
+	case o.Dropout > 0 && m.lora == nil:
+		return nil, errors.New("llm: TraceAfter: dropout without adapters")
+	}
+	tr, err := m.trace(pre, ids, o)
+	if err != nil {
+		return nil, err
+	}
+	pre.open++
+	return tr, nil
 }
 
 // TraceBytes estimates the memory of a trace of n positions with options o, with the model's
@@ -188,30 +246,58 @@ func (m *Model) TraceBytes(n int, o TraceOptions) (held, backward float64) {
 	if o.Dropout > 0 {
 		backward += 8 * N * float64(max(cfg.HiddenSize, q, I))
 	}
-	if o.Checkpointed {
-		return N * 4 * H * (L + 2), backward + N*layer
+	var kept float64 // a prefix's keys and values, and their gradients from its continuations
+	if o.Prefix {
+		kept = 16 * N * L * float64(kv)
 	}
-	return N * (L*layer + 8*H), backward
+	if o.Checkpointed {
+		return N*4*H*(L+2) + kept, backward + N*layer
+	}
+	return N*(L*layer+8*H) + kept, backward
 }
 
-func (m *Model) trace(ids []int32, o TraceOptions) (*Trace, error) {
-	if err := m.check(m.NewCache(), ids); err != nil {
+// TraceAfterBytes is TraceBytes for a trace of n positions that continues a prefix of p
+// (TraceAfter): its backward pass's blocks of attention weights are p columns wider, and its
+// attention reads the prefix's keys and values laid out anew. What the prefix keeps for it
+// is the prefix's own (TraceBytes with TraceOptions.Prefix).
+func (m *Model) TraceAfterBytes(p, n int, o TraceOptions) (held, backward float64) {
+	held, backward = m.TraceBytes(n, o)
+	P, D, kvw := float64(p), float64(m.cfg.HeadDim), float64(m.cfg.NumKeyValueHeads*m.cfg.HeadDim)
+	return held, backward + 8*float64(min(n, attnBlock))*P + 8*(P+float64(n))*D + 4*P*kvw
+}
+
+// trace is TraceWith (pre nil) and TraceAfter, their options checked.
+func (m *Model) trace(pre *Trace, ids []int32, o TraceOptions) (*Trace, error) {
+	start := 0
+	if pre != nil {
+		start = pre.n
+	}
+	if err := m.checkIDs(start, ids); err != nil {
 		return nil, err
 	}
 	cfg := m.cfg
 	root := m.base()
 	H, D, T := cfg.HiddenSize, cfg.HeadDim, len(ids)
-	tr := &Trace{m: m, n: T, ids: slices.Clone(ids), cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed}
+	tr := &Trace{m: m, n: T, ids: slices.Clone(ids), cos: make([]float32, T*D/2), sin: make([]float32, T*D/2), dropout: o.Dropout, seed: o.Seed,
+		start: start, pre: pre}
+	if o.Prefix {
+		tr.kv = make([]prefixKV, len(m.layers))
+	}
 	x := Floats(T * H)
 	for t, id := range ids {
 		for j, f := range m.invFreq {
-			a := float64(t) * f
+			a := float64(start+t) * f
 			tr.cos[t*D/2+j], tr.sin[t*D/2+j] = float32(m.ropeScale*math.Cos(a)), float32(m.ropeScale*math.Sin(a))
 		}
 		copy(x[t*H:(t+1)*H], root.embed[int(id)*H:])
 	}
 	for l := range m.layers {
 		tl, next := tr.layer(l, x)
+		if o.Prefix {
+			tr.kv[l] = prefixKV{k: Floats(len(tl.k)), v: Floats(len(tl.v))}
+			copy(tr.kv[l].k, tl.k)
+			copy(tr.kv[l].v, tl.v)
+		}
 		if o.Checkpointed {
 			tl.release()
 			tl = traceLayer{x: x}
@@ -249,7 +335,7 @@ func (tr *Trace) layer(l int, x []float32) (traceLayer, []float32) {
 	rope(tl.q, T, nq, D, tr.cos, tr.sin)
 	rope(tl.k, T, nkv, D, tr.cos, tr.sin)
 	tl.att = Floats(T * nq * D)
-	attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
+	tr.attend(l, &tl)
 	tl.mid = Floats(len(x))
 	copy(tl.mid, x)
 	o := tr.proj(&tl, l, oProj, tl.att, T, nq*D, ly.wo, H, ly.bo)
@@ -266,6 +352,23 @@ func (tr *Trace) layer(l int, x []float32) (traceLayer, []float32) {
 	addTo(out, d)
 	PutFloats(d, h)
 	return tl, out
+}
+
+// attend is layer l's attention over the trace's queries: over its own positions, and
+// those of the prefix it continues first (their keys laid out transposed, as a Span).
+func (tr *Trace) attend(l int, tl *traceLayer) {
+	cfg := tr.m.cfg
+	D, T, nq, nkv := cfg.HeadDim, tr.n, cfg.NumAttentionHeads, cfg.NumKeyValueHeads
+	if tr.pre == nil {
+		attend(tl.att, tl.q, tl.k, tl.v, 0, T, nq, nkv, D)
+		return
+	}
+	kvw, P, kv := nkv*D, tr.pre.n, tr.pre.kv[l]
+	pt, ot := Floats(kvw*P), Floats(kvw*T)
+	transposeInto(pt, P, kv.k, P, kvw, kvw)
+	transposeInto(ot, T, tl.k, T, kvw, kvw)
+	attendT(tl.att, tl.q, Span{Keys: pt, Stride: P, Values: kv.v, Len: P}, Span{Keys: ot, Stride: T, Values: tl.v, Len: T}, T, nq, nkv, D)
+	PutFloats(pt, ot)
 }
 
 // release gives the layer's buffers back to the pool (PutFloats), all but its input x, which
@@ -307,7 +410,7 @@ func (tr *Trace) drop(l, mod int, x []float32, in int, dst []float32) []float32 
 	}
 	parallel.Rows(len(x)/in, func(lo, hi int) {
 		for t := lo; t < hi; t++ {
-			dropoutMask(tr.seed, l, mod, t, tr.dropout, x[t*in:(t+1)*in], dst[t*in:(t+1)*in])
+			dropoutMask(tr.seed, l, mod, tr.start+t, tr.dropout, x[t*in:(t+1)*in], dst[t*in:(t+1)*in])
 		}
 	})
 	return dst
@@ -366,6 +469,8 @@ func (tr *Trace) Backward(dh []float32, grads *Adapters) error {
 	switch {
 	case tr.layers == nil:
 		return errors.New("llm: Backward: the trace was used already")
+	case tr.open > 0:
+		return fmt.Errorf("llm: Backward: %d traces that continue this one have not run their backward pass", tr.open)
 	case m.lora == nil:
 		return errors.New("llm: Backward: the model has no adapters to train")
 	case grads == nil:
@@ -440,8 +545,23 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 		dAtt := zeros(T * nq * D)
 		tr.projBack(ga, gw, tl, l, oProj, dx, tl.att, T, nq*D, ly.wo, H, dAtt)
 		dq, dk, dv := zeros(T*nq*D), zeros(T*nkv*D), zeros(T*nkv*D)
-		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D)
+		var pkv *prefixKV // the prefix's keys and values this trace's attention read, if any
+		if tr.pre != nil {
+			pkv = &tr.pre.kv[l]
+			if pkv.dk == nil {
+				pkv.dk, pkv.dv = zeros(len(pkv.k)), zeros(len(pkv.v))
+			}
+		}
+		attendBack(dq, dk, dv, dAtt, tl.q, tl.k, tl.v, tl.att, T, nq, nkv, D, pkv)
 		PutFloats(dAtt)
+		if tr.kv != nil { // a prefix: the gradients of its keys and values from its continuations'
+			if kv := tr.kv[l]; kv.dk != nil {
+				addTo(dk, kv.dk)
+				addTo(dv, kv.dv)
+			}
+			PutFloats(tr.kv[l].k, tr.kv[l].v, tr.kv[l].dk, tr.kv[l].dv)
+			tr.kv[l] = prefixKV{}
+		}
 		rope(dq, T, nq, D, tr.cos, negSin)
 		rope(dk, T, nkv, D, tr.cos, negSin)
 		if ly.qNorm != nil {
@@ -469,7 +589,11 @@ func (tr *Trace) backward(dh []float32, ga *Adapters, gw *WeightGrads) {
 		tr.layers[l] = traceLayer{}
 	}
 	PutFloats(h, negSin, tr.bufs[0], tr.bufs[1])
-	tr.layers, tr.bufs = nil, [2][]float32{}
+	tr.layers, tr.bufs, tr.kv = nil, [2][]float32{}, nil
+	if tr.pre != nil {
+		tr.pre.open--
+		tr.pre = nil
+	}
 	if gw != nil { // the embeddings' rows the ids read: dx is the stream's gradient at layer 0
 		ge := gw.g.embed
 		for t, id := range tr.ids {
@@ -551,25 +675,40 @@ func (tr *Trace) projBack(ga *Adapters, gw *WeightGrads, tl *traceLayer, l, mod 
 // dS = P ⊙ (dP − rowsum(dO ⊙ O)), dQ = dS·K/√D, dK = dSᵀ·Q/√D. The queries go in blocks of
 // attnBlock rows, each against the keys its last row sees: the products cover the causal
 // triangle (and a block's diagonal square), not the whole width × width square, and the
-// weights held are attnBlock × width, twice.
-func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
+// weights held are attnBlock × width, twice. With pre (a continuation's, TraceAfter) the
+// sequence's first positions are pre's: every query sees them before its own, and the
+// gradients of their keys and values are added to pre.dk and pre.dv.
+func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int, pre *prefixKV) {
 	clear(dk)
 	clear(dv)
 	scale := float32(1 / math.Sqrt(float64(D)))
 	group, qw, kvw := nq/nkv, nq*D, nkv*D
+	P := 0 // the prefix's positions
+	if pre != nil {
+		P = len(pre.k) / kvw
+	}
+	N := P + T // every position's column
 	bq := min(T, attnBlock)
-	p, dp := Floats(bq*T), Floats(bq*T) // each product below writes the part of them it reads
+	p, dp := Floats(bq*N), Floats(bq*N) // each product below writes the part of them it reads
 	defer PutFloats(p, dp)
 	for kh := range nkv {
-		kt := transposeStrided(k[kh*D:], T, D, kvw) // [D, T]
-		vt := transposeStrided(v[kh*D:], T, D, kvw)
+		var kt, vt []float32 // [D, N]: the prefix's keys (values) transposed, then the trace's
+		if P == 0 {
+			kt, vt = transposeStrided(k[kh*D:], T, D, kvw), transposeStrided(v[kh*D:], T, D, kvw)
+		} else {
+			kt, vt = make([]float32, D*N), make([]float32, D*N)
+			transposeInto(kt, N, pre.k[kh*D:], P, D, kvw)
+			transposeInto(kt[P:], N, k[kh*D:], T, D, kvw)
+			transposeInto(vt, N, pre.v[kh*D:], P, D, kvw)
+			transposeInto(vt[P:], N, v[kh*D:], T, D, kvw)
+		}
 		for g := range group {
 			hd := kh*group + g
 			for t0 := 0; t0 < T; t0 += bq {
 				t1 := min(T, t0+bq)
-				n, w := t1-t0, t1 // the block's rows, and the keys its last row sees
-				mul(n, w, D, q[t0*qw+hd*D:], qw, 1, kt, T, p, w, false)
-				mul(n, w, D, dAtt[t0*qw+hd*D:], qw, 1, vt, T, dp, w, false)
+				n, w := t1-t0, P+t1 // the block's rows, and the keys its last row sees
+				mul(n, w, D, q[t0*qw+hd*D:], qw, 1, kt, N, p, w, false)
+				mul(n, w, D, dAtt[t0*qw+hd*D:], qw, 1, vt, N, dp, w, false)
 				parallel.Rows(n, func(lo, hi int) {
 					for r := lo; r < hi; r++ {
 						t := t0 + r
@@ -579,18 +718,25 @@ func attendBack(dq, dk, dv, dAtt, q, k, v, att []float32, T, nq, nkv, D int) {
 							delta += o[i] * do[i]
 						}
 						row, drow := p[r*w:(r+1)*w], dp[r*w:(r+1)*w]
-						vis := row[:t+1]
+						vis := row[:P+t+1]
 						Softmax(vis, scale)
 						for j := range vis {
 							drow[j] = vis[j] * (drow[j] - delta) * scale
 						}
-						clear(row[t+1:])
-						clear(drow[t+1:])
+						clear(row[P+t+1:])
+						clear(drow[P+t+1:])
 					}
 				})
-				mul(n, D, w, dp, w, 1, k[kh*D:], kvw, dq[t0*qw+hd*D:], qw, false)
-				mul(w, D, n, dp, 1, w, q[t0*qw+hd*D:], qw, dk[kh*D:], kvw, true)
-				mul(w, D, n, p, 1, w, dAtt[t0*qw+hd*D:], qw, dv[kh*D:], kvw, true)
+				if P == 0 {
+					mul(n, D, w, dp, w, 1, k[kh*D:], kvw, dq[t0*qw+hd*D:], qw, false)
+				} else {
+					mul(n, D, P, dp, w, 1, pre.k[kh*D:], kvw, dq[t0*qw+hd*D:], qw, false)
+					mul(n, D, t1, dp[P:], w, 1, k[kh*D:], kvw, dq[t0*qw+hd*D:], qw, true)
+					mul(P, D, n, dp, 1, w, q[t0*qw+hd*D:], qw, pre.dk[kh*D:], kvw, true)
+					mul(P, D, n, p, 1, w, dAtt[t0*qw+hd*D:], qw, pre.dv[kh*D:], kvw, true)
+				}
+				mul(t1, D, n, dp[P:], 1, w, q[t0*qw+hd*D:], qw, dk[kh*D:], kvw, true)
+				mul(t1, D, n, p[P:], 1, w, dAtt[t0*qw+hd*D:], qw, dv[kh*D:], kvw, true)
 			}
 		}
 	}
