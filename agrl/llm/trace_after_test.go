@@ -26,7 +26,8 @@ func TestTraceAfter(t *testing.T) {
 			H, V := m.cfg.HiddenSize, m.cfg.VocabSize
 			ids := traceIDs(19, V)
 			prompt, rests := ids[:7], [][]int32{ids[7:13], ids[13:16]} // continuations of 6 and 3
-			cot := func(n, k int) []float32 {                          // a loss's gradient with respect to n positions' hidden states
+			// cot is a loss's gradient with respect to n positions' hidden states
+			cot := func(n, k int) []float32 {
 				r := make([]float32, n*H)
 				for i := range r {
 					r[i] = float32(math.Sin(float64(7*i + 3*k + 1)))
