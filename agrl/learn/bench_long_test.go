@@ -117,9 +117,9 @@ func TestLongStepMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, ok := p.hostPlan(m, b.Tokens)
+			plan, ok := p.hostPlan(m, b.Tokens, false)
 			host = ok
-			rec["on_host"], rec["checkpointed"] = ok, ok && plan[0]
+			rec["on_host"], rec["checkpointed"] = ok, ok && plan[0].opts.Checkpointed
 		}
 		if lengths != nil {
 			rec["lengths"] = lengths

@@ -1200,7 +1200,6 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 	var st agrl.StepStats
 	step := t.steps() + 1
 	b = byLength(b, t.values)
-	chunks := p.chunks(b.Tokens)
 	var hostModel *llm.Model
 	var sumsOnHost hostSums // the gradients of a host step
 	if t.hostTraining() {
@@ -1214,9 +1213,31 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			sumsOnHost.adapters = p.host.NewGradients()
 		}
 	}
+	// On the host without dropout, the sequences that share a prompt train together, the
+	// prompt traced once (hostPlan); dropout draws each sequence's masks, so none is shared.
+	share := hostModel != nil && !t.dropout && hostSharing
+	var chunks [][2]int
+	if share {
+		b, chunks = p.shareChunks(hostModel, b, t.values)
+	} else {
+		chunks = p.chunks(b.Tokens)
+	}
 	for ci, c := range chunks {
-		tok, lens, rows, width, err := p.pad(b.Tokens[c[0]:c[1]])
-		if err != nil {
+		seqs := b.Tokens[c[0]:c[1]]
+		var units []hostUnit
+		onHost := false
+		if hostModel != nil {
+			units, onHost = p.hostPlan(hostModel, seqs, share)
+		}
+		var tok, lens *tensors.Tensor
+		var rows, width int
+		if onHost { // the loss's shapes: a padLenBuckets width, rows a power of two
+			longest := 0
+			for _, s := range seqs {
+				longest = max(longest, len(s))
+			}
+			width, rows = padLen(longest, p.cfg.MaxPositionEmbeddings), bucketBatch(len(seqs))
+		} else if tok, lens, rows, width, err = p.pad(seqs); err != nil {
 			return agrl.StepStats{}, err
 		}
 		var vals []*tensors.Tensor
@@ -1229,11 +1250,6 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		}
 		var loss float64
 		var metrics []float64
-		var checkpoint []bool
-		onHost := false
-		if hostModel != nil {
-			checkpoint, onHost = p.hostPlan(hostModel, b.Tokens[c[0]:c[1]])
-		}
 		var rng *tensors.Tensor // the graphs' dropout masks' state
 		if t.dropout && !onHost {
 			if rng, err = dropoutState(p.seed, t.name, step, ci); err != nil {
@@ -1241,14 +1257,13 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			}
 		}
 		if onHost {
-			opts := make([]llm.TraceOptions, c[1]-c[0])
-			for i := range opts {
-				opts[i] = llm.TraceOptions{Checkpointed: checkpoint[i]}
-				if t.dropout {
-					opts[i].Dropout, opts[i].Seed = p.graph.LoRA().Dropout, dropoutSeed(p.seed, t.name, step, c[0]+i)
+			if t.dropout { // each unit is one sequence (no sharing)
+				for k := range units {
+					i := units[k].seqs[0]
+					units[k].opts.Dropout, units[k].opts.Seed = p.graph.LoRA().Dropout, dropoutSeed(p.seed, t.name, step, c[0]+i)
 				}
 			}
-			loss, metrics, err = t.hostGrads(hostModel, b.Tokens[c[0]:c[1]], opts, rows, width, vals, sums, sumsOnHost)
+			loss, metrics, err = t.hostGrads(hostModel, seqs, units, rows, width, vals, sums, sumsOnHost)
 		} else if p.segmented(width) {
 			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)
 		} else {
@@ -1330,7 +1345,11 @@ func (t *pretrainedTrainer) graphUpdate(grads [][]float32, lr float64) (float64,
 // the same, bit for bit, unless sequences of equal length swap places (with LoRA dropout
 // they then swap masks too).
 func byLength(b TrainBatch, names []string) TrainBatch {
-	order := shortestFirst(b.Tokens)
+	return reorder(b, shortestFirst(b.Tokens), names)
+}
+
+// reorder is b's sequences and values in order: order[k] is the sequence put at k.
+func reorder(b TrainBatch, order []int, names []string) TrainBatch {
 	out := TrainBatch{Tokens: make([][]int32, len(order)), Values: map[string][][]float32{}}
 	for _, name := range names {
 		out.Values[name] = make([][]float32, len(order))

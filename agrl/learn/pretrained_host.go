@@ -3,6 +3,7 @@ package learn
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 
 	"agrl.dev/agrl/llm"
@@ -142,11 +143,16 @@ func (g hostSums) backward(tr *llm.Trace, dh []float32) error {
 }
 
 // hostGrads is one micro-batch's gradients on the host: seqs laid out as rows × width for the
-// loss (pad's layout), each traced with its options (checkpointed as hostPlan says, LoRA
-// dropout's seed), vals the values' [rows, width] tensors, sums their whole-batch sums. It
+// loss (pad's layout), traced as units says (hostPlan: each sequence whole, or a prefix they
+// share traced once and each one's rest after it; checkpointed as the call budget needs; LoRA
+// dropout's seeds), vals the values' [rows, width] tensors, sums their whole-batch sums. It
 // returns the loss and the metrics (t.metrics order) and adds the gradients into g: the
-// adapters', or every weight's (the LM head's from its logits' gradient, dzᵀ·hidden).
-func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.TraceOptions, rows, width int, vals []*tensors.Tensor, sums []float32, g hostSums) (float64, []float64, error) {
+// adapters', or every weight's (the LM head's from its logits' gradient, dzᵀ·hidden). A
+// shared prefix's rows go through the head once: each sequence's statistics read them, and
+// their logits' gradient is the sequences' summed (outputGrad is linear in the loss's
+// gradients with respect to a row's log-prob and entropy; each sequence's target then adds
+// its own term).
+func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, units []hostUnit, rows, width int, vals []*tensors.Tensor, sums []float32, g hostSums) (float64, []float64, error) {
 	p := t.p
 	cfg := p.cfg
 	H, V := cfg.HiddenSize, cfg.VocabSize
@@ -160,20 +166,20 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 	for k := range stats {
 		stats[k] = make([]float32, rows*np)
 	}
-	traces := make([]*llm.Trace, len(seqs))
+	traces := make([]*llm.Trace, len(units))
 	// probs holds a block's probabilities (then the logits' gradient), logits its logits
 	// (then log-probs), block after block; they, the log-probs kept and the hidden states'
 	// gradients come from the traces' pool (llm.Floats) and go back to it.
 	probs, logits := llm.Floats(min(headBlock, width)*V), llm.Floats(min(headBlock, width)*V)
 	defer llm.PutFloats(probs, logits)
-	// block runs rows r0 … r1-1 of sequence i's hidden states through the head: their
+	// block runs rows r0 … r1-1 of unit u's hidden states through the head: their
 	// log-probs (in place of the logits, [rows, V]), probabilities (in probs) and entropies.
 	// The head goes headBlock positions at a time, so that its vocabulary-wide rows take
 	// bounded memory.
-	block := func(i, r0, r1 int, ent []float32) (lp, pr []float32) {
+	block := func(u, r0, r1 int, ent []float32) (lp, pr []float32) {
 		n := r1 - r0
 		lp = logits[:n*V]
-		headNTInto(lp, traces[i].Hidden()[r0*H:r1*H], n, H, head, V)
+		headNTInto(lp, traces[u].Hidden()[r0*H:r1*H], n, H, head, V)
 		pr = probs[:n*V]
 		rowsDo(nw, n, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
@@ -184,32 +190,42 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 	}
 	// The first pass's log-probs are kept for the backward pass while they fit hostKeepBytes
 	// (the probabilities are their exponentials); past it the head runs again.
-	lps, ents := make([][]float32, len(seqs)), make([][]float32, len(seqs))
+	lps, ents := make([][]float32, len(units)), make([][]float32, len(units))
 	kept := 0.0
-	for i, s := range seqs {
-		tr, err := m.TraceWith(s[:len(s)-1], opts[i]) // checkSeqs: at least one target
+	for u, un := range units {
+		var tr *llm.Trace
+		var err error
+		if un.pre < 0 {
+			tr, err = m.TraceWith(un.ids, un.opts) // checkSeqs: at least one target
+		} else {
+			tr, err = m.TraceAfter(traces[un.pre], un.ids, un.opts)
+		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
-		traces[i] = tr
+		traces[u] = tr
 		n := tr.Len()
-		ents[i] = make([]float32, n)
+		ents[u] = make([]float32, n)
 		if kept += 4 * float64(n*V); kept <= hostKeepBytes {
-			lps[i] = llm.Floats(n * V) // written whole below
+			lps[u] = llm.Floats(n * V) // written whole below
 		}
 		for r0 := 0; r0 < n; r0 += headBlock {
 			r1 := min(n, r0+headBlock)
-			lp, _ := block(i, r0, r1, ents[i])
+			lp, _ := block(u, r0, r1, ents[u])
 			for r := r0; r < r1; r++ {
 				z := lp[(r-r0)*V : (r-r0+1)*V]
-				lt, at := z[s[r+1]], i*np+r
-				stats[0][at], stats[1][at], stats[3][at] = lt, ents[i][r], 1
-				if lt >= maxOf(z) {
-					stats[2][at] = 1
+				top := maxOf(z)
+				for _, i := range un.seqs {
+					pos := un.off + r
+					lt, at := z[seqs[i][pos+1]], i*np+pos
+					stats[0][at], stats[1][at], stats[3][at] = lt, ents[u][r], 1
+					if lt >= top {
+						stats[2][at] = 1
+					}
 				}
 			}
-			if lps[i] != nil {
-				copy(lps[i][r0*V:], lp)
+			if lps[u] != nil {
+				copy(lps[u][r0*V:], lp)
 			}
 		}
 	}
@@ -220,15 +236,15 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 	if !finite(loss) { // the caller reports it; no backward pass through a NaN
 		return loss, metrics, nil
 	}
-	for i, s := range seqs {
-		tr := traces[i]
+	for u := len(units) - 1; u >= 0; u-- { // a prefix's continuations come after it: their backward passes before its
+		un, tr := units[u], traces[u]
 		n := tr.Len()
 		dh := llm.Floats(n * H) // written whole, block by block, by the head's products below
 		for r0 := 0; r0 < n; r0 += headBlock {
 			r1 := min(n, r0+headBlock)
 			var lp, pr []float32
-			if lps[i] != nil {
-				lp, pr = lps[i][r0*V:r1*V], probs[:(r1-r0)*V]
+			if lps[u] != nil {
+				lp, pr = lps[u][r0*V:r1*V], probs[:(r1-r0)*V]
 				rowsDo(nw, r1-r0, func(lo, hi int) {
 					copy(pr[lo*V:hi*V], lp[lo*V:hi*V])
 					for r := lo; r < hi; r++ {
@@ -236,15 +252,21 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 					}
 				})
 			} else {
-				lp, pr = block(i, r0, r1, ents[i])
+				lp, pr = block(u, r0, r1, ents[u])
 			}
 			dz := pr // the logits' gradient, written over the probabilities as it reads them
 			rowsDo(nw, r1-r0, func(lo, hi int) {
 				for r := lo; r < hi; r++ {
-					row, at := dz[r*V:(r+1)*V], i*np+r0+r
-					a, e := dlogp[at], dent[at]
-					outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ents[i][r0+r], t.invT)
-					row[s[r0+r+1]] += t.invT * a
+					row, pos := dz[r*V:(r+1)*V], un.off+r0+r
+					var a, e float32 // the loss's gradients at this row, summed over its sequences
+					for _, i := range un.seqs {
+						a += dlogp[i*np+pos]
+						e += dent[i*np+pos]
+					}
+					outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ents[u][r0+r], t.invT)
+					for _, i := range un.seqs {
+						row[seqs[i][pos+1]] += t.invT * dlogp[i*np+pos]
+					}
 				}
 			})
 			gemmRowsSet(nw, r1-r0, H, V, dz, V, 1, head, H, dh[r0*H:], H)
@@ -252,13 +274,13 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 				hostMul(V, H, r1-r0, dz, 1, V, tr.Hidden()[r0*H:r1*H], H, g.weights.Head(), H, true)
 			}
 		}
-		llm.PutFloats(lps[i])
-		lps[i] = nil
+		llm.PutFloats(lps[u])
+		lps[u] = nil
 		if err := g.backward(tr, dh); err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
 		}
 		llm.PutFloats(dh)
-		traces[i] = nil
+		traces[u] = nil
 	}
 	return loss, metrics, nil
 }
@@ -268,48 +290,115 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, opts []llm.T
 // SmolLM2's 49,152, 156 MB at Qwen3's 151,936).
 var headBlock = 128
 
+// A hostUnit is one trace of a host step's micro-batch (hostPlan): a sequence's positions
+// whole, a prefix several sequences share, or a sequence's rest after that prefix.
+type hostUnit struct {
+	ids  []int32 // the tokens traced
+	seqs []int   // the micro-batch's sequences whose positions off … off+len(ids)−1 are its rows
+	off  int
+	pre  int // the unit of the prefix it continues (an earlier one), or −1
+	opts llm.TraceOptions
+}
+
+// hostSharing turns prefix sharing on host steps on (hostPlan); a variable for tests, which
+// compare the steps with and without it.
+var hostSharing = true
+
+// hostShareMin is the shortest prefix a host step traces once for the sequences that share
+// it (hostPlan): shorter ones are not worth a trace of their own.
+const hostShareMin = 16
+
+// sharedPrefix is the number of leading positions every sequence of seqs (two or more) has
+// in common — their tokens before the last, which is only a target — less what would leave a
+// sequence no position of its own; 0 below hostShareMin.
+func sharedPrefix(seqs [][]int32) int {
+	if len(seqs) < 2 {
+		return 0
+	}
+	n := len(seqs[0]) - 2
+	for _, s := range seqs[1:] {
+		n = min(n, len(s)-2)
+		for k := range n {
+			if s[k] != seqs[0][k] {
+				n = k
+				break
+			}
+		}
+	}
+	if n < hostShareMin {
+		return 0
+	}
+	return n
+}
+
 // hostPlan decides how a micro-batch of seqs trains on the host within the call budget
-// (CallMemory), m being the host model with its adapters: each sequence's trace whole
-// (llm.Trace) while the micro-batch fits, shortest first, the rest checkpointed
-// (llm.TraceOptions.Checkpointed, checkpoint[i] set); ok is false where it does not fit even
+// (CallMemory), m being the host model with its adapters. With share, sequences that share a
+// prefix of hostShareMin positions or more (sharedPrefix: the episodes of one prompt) trace it
+// once (llm.TraceOptions.Prefix) and each its rest after it (TraceAfter); else each sequence
+// is one trace. The traces are kept whole while the micro-batch fits, shortest first, the
+// rest checkpointed (llm.TraceOptions.Checkpointed); ok is false where it does not fit even
 // with every trace checkpointed (it then trains through the graphs, segment by segment where
 // needed). The estimate (hostBytes) counts every trace held at once, the log-probs kept (at
 // most hostKeepBytes), the head's block and the largest backward pass's working memory.
-func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32) (checkpoint []bool, ok bool) {
-	budget := p.callBudget()
-	n := make([]int, len(seqs))
-	checkpoint = make([]bool, len(seqs))
-	for i, s := range seqs {
-		n[i], checkpoint[i] = len(s)-1, true
+func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32, share bool) (units []hostUnit, ok bool) {
+	pre := 0
+	if share {
+		pre = sharedPrefix(seqs)
 	}
-	if p.hostBytes(m, n, checkpoint) > budget {
+	if pre > 0 {
+		all := make([]int, len(seqs))
+		for i := range all {
+			all[i] = i
+		}
+		units = append(units, hostUnit{ids: seqs[0][:pre], seqs: all, pre: -1, opts: llm.TraceOptions{Prefix: true}})
+	}
+	for i, s := range seqs {
+		u := hostUnit{ids: s[pre : len(s)-1], seqs: []int{i}, off: pre, pre: -1}
+		if pre > 0 {
+			u.pre = 0
+		}
+		units = append(units, u)
+	}
+	for i := range units {
+		units[i].opts.Checkpointed = true
+	}
+	if p.hostBytes(m, units) > p.callBudget() {
 		return nil, false
 	}
 	if p.checkpointTraces {
-		return checkpoint, true
+		return units, true
 	}
-	for i := range seqs {
-		checkpoint[i] = false
-		if p.hostBytes(m, n, checkpoint) > budget {
-			checkpoint[i] = true
+	order := make([]int, len(units)) // shortest first
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(units[a].ids) - len(units[b].ids) })
+	for _, i := range order {
+		units[i].opts.Checkpointed = false
+		if p.hostBytes(m, units) > p.callBudget() {
+			units[i].opts.Checkpointed = true
 			break
 		}
 	}
-	return checkpoint, true
+	return units, true
 }
 
-// hostBytes estimates the memory a host step takes for a micro-batch of sequences of n
-// positions each (their tokens less one), checkpoint saying which traces are checkpointed
-// (hostPlan).
-func (p *PretrainedPolicy) hostBytes(m *llm.Model, n []int, checkpoint []bool) float64 {
+// hostBytes estimates the memory a host step of units takes (hostPlan).
+func (p *PretrainedPolicy) hostBytes(m *llm.Model, units []hostUnit) float64 {
 	total, held, back := 0.0, 0.0, 0.0
-	var o llm.TraceOptions
+	var dropout float64
 	if lora := p.graph.LoRA(); lora != nil {
-		o.Dropout = lora.Dropout
+		dropout = lora.Dropout
 	}
-	for i, k := range n {
-		o.Checkpointed = checkpoint[i]
-		h, b := m.TraceBytes(k, o)
+	for _, u := range units {
+		o, k := u.opts, len(u.ids)
+		o.Dropout = dropout
+		var h, b float64
+		if u.pre < 0 {
+			h, b = m.TraceBytes(k, o)
+		} else {
+			h, b = m.TraceAfterBytes(len(units[u.pre].ids), k, o)
+		}
 		held += h
 		back = max(back, b+4*float64(k*p.cfg.HiddenSize)) // and the hidden states' gradient
 		total += float64(k)
@@ -386,4 +475,87 @@ func (t *pretrainedTrainer) hostUpdate(grads [][]float32, lr float64) (float64, 
 		targets[i] = adamTarget{name: wv.Path(), w: wv, m: mv, v: vv, decay: !p.full || wv.Shape().Rank() >= 2}
 	}
 	return hostAdamW(o, p.store.GetVariable(t.statePath("step")), t.statePath("step"), targets, grads, lr, runtime.GOMAXPROCS(0))
+}
+
+// shareGroups partitions seqs' indices into groups of sequences with a prefix of at least
+// hostShareMin positions in common (their tokens before the last): the episodes of one
+// prompt, or of prompts that share a long system prompt. Sequences are grouped as they come
+// in lexicographic order, a group's common prefix the shortest between neighbours; each
+// group lists its members in seqs' order, and the groups come in the order of their first.
+func shareGroups(seqs [][]int32) [][]int {
+	if len(seqs) == 0 {
+		return nil
+	}
+	lex := make([]int, len(seqs))
+	for i := range lex {
+		lex[i] = i
+	}
+	body := func(i int) []int32 { return seqs[i][:max(0, len(seqs[i])-1)] }
+	slices.SortStableFunc(lex, func(a, b int) int { return slices.Compare(body(a), body(b)) })
+	var groups [][]int
+	cur, common := []int{lex[0]}, len(body(lex[0]))
+	for _, i := range lex[1:] {
+		a, b := body(cur[len(cur)-1]), body(i)
+		n := 0
+		for n < min(len(a), len(b)) && a[n] == b[n] {
+			n++
+		}
+		if c := min(common, n); c >= hostShareMin {
+			cur, common = append(cur, i), c
+			continue
+		}
+		groups = append(groups, cur)
+		cur, common = []int{i}, len(b)
+	}
+	groups = append(groups, cur)
+	for _, g := range groups {
+		slices.Sort(g)
+	}
+	slices.SortFunc(groups, func(a, b []int) int { return a[0] - b[0] })
+	return groups
+}
+
+// shareChunks reorders a batch (names its values) for host steps that share prefixes and
+// splits it into micro-batches: each group of sequences that share one (shareGroups) is one
+// micro-batch, its prefix traced once (hostPlan), or where that does not fit the call
+// budget, the fewest parts of two or more that do, each tracing the prefix once; the
+// sequences left (alone, or in a group no part of which fits) follow in the batch's order,
+// in the micro-batches the graphs would take them in (chunks).
+func (p *PretrainedPolicy) shareChunks(m *llm.Model, b TrainBatch, names []string) (TrainBatch, [][2]int) {
+	var order, alone []int
+	var chunks [][2]int
+	pick := func(idx []int) [][]int32 {
+		out := make([][]int32, len(idx))
+		for k, i := range idx {
+			out[k] = b.Tokens[i]
+		}
+		return out
+	}
+	for _, g := range shareGroups(b.Tokens) {
+		placed := false
+		for parts := 1; !placed && parts <= len(g)/2; parts++ {
+			fits := true
+			for k := 0; fits && k < parts; k++ {
+				_, fits = p.hostPlan(m, pick(g[k*len(g)/parts:(k+1)*len(g)/parts]), true)
+			}
+			if !fits {
+				continue
+			}
+			for k := range parts {
+				part := g[k*len(g)/parts : (k+1)*len(g)/parts]
+				chunks = append(chunks, [2]int{len(order), len(order) + len(part)})
+				order = append(order, part...)
+			}
+			placed = true
+		}
+		if !placed {
+			alone = append(alone, g...)
+		}
+	}
+	slices.Sort(alone)
+	for _, c := range p.chunks(pick(alone)) {
+		chunks = append(chunks, [2]int{len(order) + c[0], len(order) + c[1]})
+	}
+	order = append(order, alone...)
+	return reorder(b, order, names), chunks
 }

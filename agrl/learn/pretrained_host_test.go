@@ -53,11 +53,11 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, short := mp.hostPlan(hm, [][]int32{batch.Tokens[4]})
-			_, long := mp.hostPlan(hm, [][]int32{batch.Tokens[6]})
+			_, short := mp.hostPlan(hm, [][]int32{batch.Tokens[4]}, false)
+			_, long := mp.hostPlan(hm, [][]int32{batch.Tokens[6]}, false)
 			if !short || long {
 				t.Fatalf("the mixed run's budget: %.0f bytes; the host path's estimate %.0f for 2 tokens, %.0f for 8 (checkpointed)",
-					mp.callBudget(), mp.hostBytes(hm, []int{1}, []bool{true}), mp.hostBytes(hm, []int{7}, []bool{true}))
+					mp.callBudget(), mp.hostBytes(hm, traceUnits([]int{1}, []bool{true})), mp.hostBytes(hm, traceUnits([]int{7}, []bool{true})))
 			}
 			if c := mp.chunks(byLength(batch, nil).Tokens); len(c) != 7 {
 				t.Fatalf("the mixed run's micro-batches %v, want one sequence each", c)
@@ -146,25 +146,25 @@ func TestHostPlan(t *testing.T) {
 	n := []int{5, 9, 17}
 	plans := [][]bool{{false, false, false}, {false, false, true}, {false, true, true}, {true, true, true}}
 	for i, plan := range plans {
-		need := p.hostBytes(m, n, plan)
-		if i > 0 && need >= p.hostBytes(m, n, plans[i-1]) {
+		need := p.hostBytes(m, traceUnits(n, plan))
+		if i > 0 && need >= p.hostBytes(m, traceUnits(n, plans[i-1])) {
 			t.Fatalf("plan %v: %.0f bytes, not under %v's", plan, need, plans[i-1])
 		}
 		for _, budget := range []float64{need, need + 1} { // exactly the estimate, and just over it
 			p.spec.CallMemoryGiB = budget / (1 << 30)
-			got, ok := p.hostPlan(m, seqs)
-			if !ok || !slices.Equal(got, plan) {
+			got, ok := p.hostPlan(m, seqs, false)
+			if !ok || !slices.Equal(checkpoints(got), plan) {
 				t.Errorf("budget %.0f bytes: plan %v (host %v), want %v", budget, got, ok, plan)
 			}
 		}
 	}
-	p.spec.CallMemoryGiB = (p.hostBytes(m, n, plans[3]) - 1) / (1 << 30)
-	if got, ok := p.hostPlan(m, seqs); ok {
+	p.spec.CallMemoryGiB = (p.hostBytes(m, traceUnits(n, plans[3])) - 1) / (1 << 30)
+	if got, ok := p.hostPlan(m, seqs, false); ok {
 		t.Errorf("a budget under every trace checkpointed: plan %v on the host", got)
 	}
 	p.spec.CallMemoryGiB = 1
 	p.checkpointTraces = true
-	if got, ok := p.hostPlan(m, seqs); !ok || !slices.Equal(got, plans[3]) {
+	if got, ok := p.hostPlan(m, seqs, false); !ok || !slices.Equal(checkpoints(got), plans[3]) {
 		t.Errorf("checkpointTraces: plan %v (host %v)", got, ok)
 	}
 	// What checkpointing saves grows with the positions: at 4,096 of a tiny model, most of it.
@@ -173,6 +173,25 @@ func TestHostPlan(t *testing.T) {
 	if light > whole/3 {
 		t.Errorf("4,096 positions: checkpointed %.0f bytes, whole %.0f", light, whole)
 	}
+}
+
+// traceUnits are a host step's units of sequences traced whole, n[i] positions each,
+// checkpointed as checkpoint says (for hostBytes).
+func traceUnits(n []int, checkpoint []bool) []hostUnit {
+	units := make([]hostUnit, len(n))
+	for i, k := range n {
+		units[i] = hostUnit{ids: make([]int32, k), seqs: []int{i}, pre: -1, opts: llm.TraceOptions{Checkpointed: checkpoint[i]}}
+	}
+	return units
+}
+
+// checkpoints is which of a plan's units are checkpointed.
+func checkpoints(units []hostUnit) []bool {
+	out := make([]bool, len(units))
+	for i, u := range units {
+		out[i] = u.opts.Checkpointed
+	}
+	return out
 }
 
 // TestHostLoRADropout: a host step with LoRA dropout draws each sequence's masks from the
