@@ -117,7 +117,7 @@ func TestLongStepMemory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, ok := p.hostPlan(m, b.Tokens, false)
+			plan, ok := p.hostPlan(m, b.Tokens, 0, 0)
 			host = ok
 			rec["on_host"], rec["checkpointed"] = ok, ok && plan[0].opts.Checkpointed
 		}

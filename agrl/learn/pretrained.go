@@ -1213,21 +1213,43 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			sumsOnHost.adapters = p.host.NewGradients()
 		}
 	}
-	// On the host without dropout, the sequences that share a prompt train together, the
-	// prompt traced once (hostPlan); dropout draws each sequence's masks, so none is shared.
-	share := hostModel != nil && !t.dropout && hostSharing
+	// On the host without dropout, the sequences that share a prompt train one after another,
+	// the prompt traced once for them (pretrained_share.go); dropout draws each sequence's
+	// masks, so none is shared.
 	var chunks [][2]int
-	if share {
-		b, chunks = p.shareChunks(hostModel, b, t.values)
+	var shares []hostShare // with sharing, how each micro-batch shares its group's prefix
+	if hostModel != nil && !t.dropout && hostSharing {
+		b, chunks, shares = p.shareChunks(hostModel, b, t.values)
 	} else {
 		chunks = p.chunks(b.Tokens)
 	}
+	var pre *hostPrefix  // the prefix of the group whose micro-batches are running
+	groupFinite := false // whether every loss of that group was finite (then the prefix's backward pass runs)
 	for ci, c := range chunks {
 		seqs := b.Tokens[c[0]:c[1]]
+		var sh hostShare
+		if shares != nil {
+			sh = shares[ci]
+		}
 		var units []hostUnit
 		onHost := false
 		if hostModel != nil {
-			units, onHost = p.hostPlan(hostModel, seqs, share)
+			preHeld := 0.0
+			if sh.prefix > 0 {
+				preHeld, _ = p.prefixBytes(hostModel, sh.prefix, sh.opts)
+			}
+			units, onHost = p.hostPlan(hostModel, seqs, sh.prefix, preHeld)
+		}
+		if sh.prefix > 0 {
+			if !onHost { // shareChunks planned it
+				return agrl.StepStats{}, fmt.Errorf("agrl: train step: micro-batch %d does not fit beside its prompt's trace", ci+1)
+			}
+			if pre == nil {
+				if pre, err = t.tracePrefix(hostModel, seqs[0][:sh.prefix], sh.opts); err != nil {
+					return agrl.StepStats{}, fmt.Errorf("agrl: train step: %w", err)
+				}
+				groupFinite = true
+			}
 		}
 		var tok, lens *tensors.Tensor
 		var rows, width int
@@ -1257,13 +1279,26 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 			}
 		}
 		if onHost {
-			if t.dropout { // each unit is one sequence (no sharing)
+			if t.dropout { // no sharing: each sequence traced whole, with its masks
 				for k := range units {
-					i := units[k].seqs[0]
+					i := units[k].seq
 					units[k].opts.Dropout, units[k].opts.Seed = p.graph.LoRA().Dropout, dropoutSeed(p.seed, t.name, step, c[0]+i)
 				}
 			}
-			loss, metrics, err = t.hostGrads(hostModel, seqs, units, rows, width, vals, sums, sumsOnHost)
+			var after *hostPrefix
+			if sh.prefix > 0 {
+				after = pre
+			}
+			loss, metrics, err = t.hostGrads(hostModel, seqs, units, after, rows, width, vals, sums, sumsOnHost)
+			if err == nil && sh.prefix > 0 {
+				groupFinite = groupFinite && finite(loss)
+				if sh.last {
+					if groupFinite {
+						err = t.prefixBackward(hostModel, pre, sumsOnHost)
+					}
+					pre = nil
+				}
+			}
 		} else if p.segmented(width) {
 			loss, metrics, err = t.segmentedGrads(tok, lens, rows, width, vals, sums, rng, add)
 		} else {

@@ -27,16 +27,19 @@ import (
 // host (hostUpdate), so optimizer state, checkpoints and resume are the same either way.
 //
 // For each micro-batch (the graph path's chunks, so progress and the loss's shapes are the
-// same):
+// same; without dropout, the sequences that share a prompt come together, a group's
+// micro-batches one after another, pretrained_share.go):
 //
-//  1. each sequence is traced (its positions 0 … n-2; the last token is only a target), and
-//     the LM head gives each position's log-prob of its target, entropy and top-1 flag (the
-//     logits are then dropped);
+//  1. each sequence is traced (its positions 0 … n-2; the last token is only a target; or,
+//     in a group, those past the prompt, traced after the prompt's trace, made once for the
+//     group), and the LM head gives each position's log-prob of its target, entropy and
+//     top-1 flag (the logits are then dropped);
 //  2. the loss and its gradient with respect to those statistics (one small graph call);
 //  3. each sequence's head again, its logits' gradient (hostPass's output layer:
 //     invT·(dlogp·(onehot − p) − dent·p·(log p + H))), the hidden states' gradient through
 //     the head (and, fine-tuning every weight, the head's own), and Trace.Backward into the
-//     adapters' gradient sums (Trace.BackwardWeights into every weight's).
+//     adapters' gradient sums (Trace.BackwardWeights into every weight's); after a group's
+//     last micro-batch, the prompt's backward pass (prefixBackward).
 //
 // The gradients equal the graph's to rounding (TestHostLoRAStepMatchesGraph,
 // TestHostFullStepMatchesGraph). The traces are
@@ -143,62 +146,39 @@ func (g hostSums) backward(tr *llm.Trace, dh []float32) error {
 }
 
 // hostGrads is one micro-batch's gradients on the host: seqs laid out as rows × width for the
-// loss (pad's layout), traced as units says (hostPlan: each sequence whole, or a prefix they
-// share traced once and each one's rest after it; checkpointed as the call budget needs; LoRA
-// dropout's seeds), vals the values' [rows, width] tensors, sums their whole-batch sums. It
-// returns the loss and the metrics (t.metrics order) and adds the gradients into g: the
-// adapters', or every weight's (the LM head's from its logits' gradient, dzᵀ·hidden). A
-// shared prefix's rows go through the head once: each sequence's statistics read them, and
-// their logits' gradient is the sequences' summed (outputGrad is linear in the loss's
-// gradients with respect to a row's log-prob and entropy; each sequence's target then adds
-// its own term).
-func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, units []hostUnit, rows, width int, vals []*tensors.Tensor, sums []float32, g hostSums) (float64, []float64, error) {
+// loss (pad's layout), each traced as its unit says (hostPlan: whole, or after pre, the
+// prompt its group shares, traced once for the group, tracePrefix; checkpointed as the call
+// budget needs; LoRA dropout's seed), vals the values' [rows, width] tensors, sums their
+// whole-batch sums. It returns the loss and the metrics (t.metrics order) and adds the
+// gradients into g: the adapters', or every weight's (the LM head's from its logits'
+// gradient, dzᵀ·hidden). With pre, the statistics of each sequence's first positions are the
+// prompt's rows' (hostPrefix), and the loss's gradients there are added into pre, whose
+// own backward pass runs after the group's last micro-batch (prefixBackward).
+func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, units []hostUnit, pre *hostPrefix, rows, width int, vals []*tensors.Tensor, sums []float32, g hostSums) (float64, []float64, error) {
 	p := t.p
-	cfg := p.cfg
-	H, V := cfg.HiddenSize, cfg.VocabSize
-	head := m.Head()
-	if len(t.ban) != V {
-		t.ban = make([]float32, V)
-	}
-	nw := runtime.GOMAXPROCS(0)
+	V := p.cfg.VocabSize
 	np := width - 1
 	stats := make([][]float32, 4) // logp, entropy, top1, valid: [rows, np] each
 	for k := range stats {
 		stats[k] = make([]float32, rows*np)
 	}
+	hd := t.newHeadPass(m, width)
+	defer hd.release()
 	traces := make([]*llm.Trace, len(units))
-	// probs holds a block's probabilities (then the logits' gradient), logits its logits
-	// (then log-probs), block after block; they, the log-probs kept and the hidden states'
-	// gradients come from the traces' pool (llm.Floats) and go back to it.
-	probs, logits := llm.Floats(min(headBlock, width)*V), llm.Floats(min(headBlock, width)*V)
-	defer llm.PutFloats(probs, logits)
-	// block runs rows r0 … r1-1 of unit u's hidden states through the head: their
-	// log-probs (in place of the logits, [rows, V]), probabilities (in probs) and entropies.
-	// The head goes headBlock positions at a time, so that its vocabulary-wide rows take
-	// bounded memory.
-	block := func(u, r0, r1 int, ent []float32) (lp, pr []float32) {
-		n := r1 - r0
-		lp = logits[:n*V]
-		headNTInto(lp, traces[u].Hidden()[r0*H:r1*H], n, H, head, V)
-		pr = probs[:n*V]
-		rowsDo(nw, n, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				ent[r0+r] = logSoftmaxRow(lp[r*V:(r+1)*V], t.ban, t.invT, pr[r*V:(r+1)*V])
-			}
-		})
-		return lp, pr
-	}
 	// The first pass's log-probs are kept for the backward pass while they fit hostKeepBytes
 	// (the probabilities are their exponentials); past it the head runs again.
 	lps, ents := make([][]float32, len(units)), make([][]float32, len(units))
 	kept := 0.0
 	for u, un := range units {
+		s, off := seqs[un.seq], 0
 		var tr *llm.Trace
 		var err error
-		if un.pre < 0 {
-			tr, err = m.TraceWith(un.ids, un.opts) // checkSeqs: at least one target
+		if un.after {
+			off = len(pre.ids)
+			pre.fill(stats, un.seq*np, s)
+			tr, err = m.TraceAfter(pre.tr, un.ids, un.opts)
 		} else {
-			tr, err = m.TraceAfter(traces[un.pre], un.ids, un.opts)
+			tr, err = m.TraceWith(un.ids, un.opts) // checkSeqs: at least one target
 		}
 		if err != nil {
 			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
@@ -211,17 +191,13 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, units []host
 		}
 		for r0 := 0; r0 < n; r0 += headBlock {
 			r1 := min(n, r0+headBlock)
-			lp, _ := block(u, r0, r1, ents[u])
+			lp, _ := hd.block(tr.Hidden(), r0, r1, ents[u])
 			for r := r0; r < r1; r++ {
 				z := lp[(r-r0)*V : (r-r0+1)*V]
-				top := maxOf(z)
-				for _, i := range un.seqs {
-					pos := un.off + r
-					lt, at := z[seqs[i][pos+1]], i*np+pos
-					stats[0][at], stats[1][at], stats[3][at] = lt, ents[u][r], 1
-					if lt >= top {
-						stats[2][at] = 1
-					}
+				lt, at := z[s[off+r+1]], un.seq*np+off+r
+				stats[0][at], stats[1][at], stats[3][at] = lt, ents[u][r], 1
+				if lt >= maxOf(z) {
+					stats[2][at] = 1
 				}
 			}
 			if lps[u] != nil {
@@ -236,53 +212,113 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, units []host
 	if !finite(loss) { // the caller reports it; no backward pass through a NaN
 		return loss, metrics, nil
 	}
-	for u := len(units) - 1; u >= 0; u-- { // a prefix's continuations come after it: their backward passes before its
-		un, tr := units[u], traces[u]
-		n := tr.Len()
-		dh := llm.Floats(n * H) // written whole, block by block, by the head's products below
-		for r0 := 0; r0 < n; r0 += headBlock {
-			r1 := min(n, r0+headBlock)
-			var lp, pr []float32
-			if lps[u] != nil {
-				lp, pr = lps[u][r0*V:r1*V], probs[:(r1-r0)*V]
-				rowsDo(nw, r1-r0, func(lo, hi int) {
-					copy(pr[lo*V:hi*V], lp[lo*V:hi*V])
-					for r := lo; r < hi; r++ {
-						expSum(pr[r*V:(r+1)*V], 0)
-					}
-				})
-			} else {
-				lp, pr = block(u, r0, r1, ents[u])
-			}
-			dz := pr // the logits' gradient, written over the probabilities as it reads them
-			rowsDo(nw, r1-r0, func(lo, hi int) {
-				for r := lo; r < hi; r++ {
-					row, pos := dz[r*V:(r+1)*V], un.off+r0+r
-					var a, e float32 // the loss's gradients at this row, summed over its sequences
-					for _, i := range un.seqs {
-						a += dlogp[i*np+pos]
-						e += dent[i*np+pos]
-					}
-					outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ents[u][r0+r], t.invT)
-					for _, i := range un.seqs {
-						row[seqs[i][pos+1]] += t.invT * dlogp[i*np+pos]
-					}
-				}
-			})
-			gemmRowsSet(nw, r1-r0, H, V, dz, V, 1, head, H, dh[r0*H:], H)
-			if g.weights != nil { // the head's gradient: dzᵀ·hidden, [V, H]
-				hostMul(V, H, r1-r0, dz, 1, V, tr.Hidden()[r0*H:r1*H], H, g.weights.Head(), H, true)
-			}
+	for u, un := range units {
+		s, off := seqs[un.seq], 0
+		if un.after {
+			off = len(pre.ids)
+			pre.add(dlogp[un.seq*np:], dent[un.seq*np:], s)
 		}
-		llm.PutFloats(lps[u])
-		lps[u] = nil
-		if err := g.backward(tr, dh); err != nil {
-			return 0, nil, fmt.Errorf("agrl: train step: %w", err)
+		at := un.seq*np + off
+		err := hd.backward(traces[u], lps[u], ents[u], dlogp[at:], dent[at:], s[off+1:], g)
+		lps[u], traces[u] = nil, nil
+		if err != nil {
+			return 0, nil, err
 		}
-		llm.PutFloats(dh)
-		traces[u] = nil
 	}
 	return loss, metrics, nil
+}
+
+// headPass is a host step's LM head over traces' hidden states (newHeadPass): its blocks of
+// log-probs and probabilities, and the backward pass through it.
+type headPass struct {
+	t             *pretrainedTrainer
+	head          []float32
+	H, V, nw      int
+	probs, logits []float32 // a block's probabilities (then the logits' gradient), its logits (then log-probs)
+}
+
+// newHeadPass makes the head's buffers for positions of width at most (from the traces' pool,
+// llm.Floats; release gives them back).
+func (t *pretrainedTrainer) newHeadPass(m *llm.Model, width int) *headPass {
+	V := t.p.cfg.VocabSize
+	if len(t.ban) != V {
+		t.ban = make([]float32, V)
+	}
+	n := min(headBlock, width) * V
+	return &headPass{t: t, head: m.Head(), H: t.p.cfg.HiddenSize, V: V, nw: runtime.GOMAXPROCS(0), probs: llm.Floats(n), logits: llm.Floats(n)}
+}
+
+func (hd *headPass) release() { llm.PutFloats(hd.probs, hd.logits) }
+
+// block runs rows r0 … r1-1 of hidden states through the head: their log-probs (in place of
+// the logits, [rows, V]), probabilities and entropies (into ent[r0:r1]). The head goes
+// headBlock positions at a time, so that its vocabulary-wide rows take bounded memory.
+func (hd *headPass) block(hidden []float32, r0, r1 int, ent []float32) (lp, pr []float32) {
+	n, H, V := r1-r0, hd.H, hd.V
+	lp = hd.logits[:n*V]
+	headNTInto(lp, hidden[r0*H:r1*H], n, H, hd.head, V)
+	pr = hd.probs[:n*V]
+	rowsDo(hd.nw, n, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			ent[r0+r] = logSoftmaxRow(lp[r*V:(r+1)*V], hd.t.ban, hd.t.invT, pr[r*V:(r+1)*V])
+		}
+	})
+	return lp, pr
+}
+
+// backward is a trace's backward pass from the loss's gradients with respect to its rows'
+// statistics: row r's log-prob of targets[r] (dlogp[r]) and entropy (dent[r]), lps its rows'
+// log-probs if kept (given back to the pool here; else the head runs again), ents their
+// entropies. The logits' gradient is invT·(dlogp·(onehot − p) − dent·p·(log p + H)), then the
+// hidden states' through the head (and, fine-tuning every weight, the head's own), then the
+// trace's backward pass into g.
+func (hd *headPass) backward(tr *llm.Trace, lps, ents, dlogp, dent []float32, targets []int32, g hostSums) error {
+	return hd.backwardWith(tr, lps, ents, func(r int, row []float32) (a, e float32) { return dlogp[r], dent[r] },
+		func(r int, row []float32) { row[targets[r]] += hd.t.invT * dlogp[r] }, g)
+}
+
+// backwardWith is backward with each row's gradients given by coef (the loss's gradients with
+// respect to its target's log-prob, all targets summed, and its entropy) and its targets'
+// one-hot terms added by onehot.
+func (hd *headPass) backwardWith(tr *llm.Trace, lps, ents []float32, coef func(r int, row []float32) (a, e float32), onehot func(r int, row []float32), g hostSums) error {
+	H, V, invT := hd.H, hd.V, hd.t.invT
+	n := tr.Len()
+	dh := llm.Floats(n * H) // written whole, block by block, by the head's products below
+	for r0 := 0; r0 < n; r0 += headBlock {
+		r1 := min(n, r0+headBlock)
+		var lp, pr []float32
+		if lps != nil {
+			lp, pr = lps[r0*V:r1*V], hd.probs[:(r1-r0)*V]
+			rowsDo(hd.nw, r1-r0, func(lo, hi int) {
+				copy(pr[lo*V:hi*V], lp[lo*V:hi*V])
+				for r := lo; r < hi; r++ {
+					expSum(pr[r*V:(r+1)*V], 0)
+				}
+			})
+		} else {
+			lp, pr = hd.block(tr.Hidden(), r0, r1, ents)
+		}
+		dz := pr // the logits' gradient, written over the probabilities as it reads them
+		rowsDo(hd.nw, r1-r0, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				row := dz[r*V : (r+1)*V]
+				a, e := coef(r0+r, row)
+				outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ents[r0+r], invT)
+				onehot(r0+r, row)
+			}
+		})
+		gemmRowsSet(hd.nw, r1-r0, H, V, dz, V, 1, hd.head, H, dh[r0*H:], H)
+		if g.weights != nil { // the head's gradient: dzᵀ·hidden, [V, H]
+			hostMul(V, H, r1-r0, dz, 1, V, tr.Hidden()[r0*H:r1*H], H, g.weights.Head(), H, true)
+		}
+	}
+	llm.PutFloats(lps)
+	err := g.backward(tr, dh)
+	llm.PutFloats(dh)
+	if err != nil {
+		return fmt.Errorf("agrl: train step: %w", err)
+	}
+	return nil
 }
 
 // headBlock is how many positions go through the LM head at once in a host step (a variable
@@ -290,79 +326,29 @@ func (t *pretrainedTrainer) hostGrads(m *llm.Model, seqs [][]int32, units []host
 // SmolLM2's 49,152, 156 MB at Qwen3's 151,936).
 var headBlock = 128
 
-// A hostUnit is one trace of a host step's micro-batch (hostPlan): a sequence's positions
-// whole, a prefix several sequences share, or a sequence's rest after that prefix.
+// A hostUnit is one sequence of a host step's micro-batch (hostPlan): its positions traced
+// whole, or, after, those past the prompt its group shares (hostPrefix), traced after it.
 type hostUnit struct {
-	ids  []int32 // the tokens traced
-	seqs []int   // the micro-batch's sequences whose positions off … off+len(ids)−1 are its rows
-	off  int
-	pre  int // the unit of the prefix it continues (an earlier one), or −1
-	opts llm.TraceOptions
-}
-
-// hostSharing turns prefix sharing on host steps on (hostPlan); a variable for tests, which
-// compare the steps with and without it.
-var hostSharing = true
-
-// hostShareMin is the shortest prefix a host step traces once for the sequences that share
-// it (hostPlan): shorter ones are not worth a trace of their own.
-const hostShareMin = 16
-
-// sharedPrefix is the number of leading positions every sequence of seqs (two or more) has
-// in common — their tokens before the last, which is only a target — less what would leave a
-// sequence no position of its own; 0 below hostShareMin.
-func sharedPrefix(seqs [][]int32) int {
-	if len(seqs) < 2 {
-		return 0
-	}
-	n := len(seqs[0]) - 2
-	for _, s := range seqs[1:] {
-		n = min(n, len(s)-2)
-		for k := range n {
-			if s[k] != seqs[0][k] {
-				n = k
-				break
-			}
-		}
-	}
-	if n < hostShareMin {
-		return 0
-	}
-	return n
+	seq   int     // its place in the micro-batch
+	ids   []int32 // the tokens traced
+	after bool
+	opts  llm.TraceOptions
 }
 
 // hostPlan decides how a micro-batch of seqs trains on the host within the call budget
-// (CallMemory), m being the host model with its adapters. With share, sequences that share a
-// prefix of hostShareMin positions or more (sharedPrefix: the episodes of one prompt) trace it
-// once (llm.TraceOptions.Prefix) and each its rest after it (TraceAfter); else each sequence
-// is one trace. The traces are kept whole while the micro-batch fits, shortest first, the
-// rest checkpointed (llm.TraceOptions.Checkpointed); ok is false where it does not fit even
-// with every trace checkpointed (it then trains through the graphs, segment by segment where
-// needed). The estimate (hostBytes) counts every trace held at once, the log-probs kept (at
-// most hostKeepBytes), the head's block and the largest backward pass's working memory.
-func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32, share bool) (units []hostUnit, ok bool) {
-	pre := 0
-	if share {
-		pre = sharedPrefix(seqs)
-	}
-	if pre > 0 {
-		all := make([]int, len(seqs))
-		for i := range all {
-			all[i] = i
-		}
-		units = append(units, hostUnit{ids: seqs[0][:pre], seqs: all, pre: -1, opts: llm.TraceOptions{Prefix: true}})
-	}
+// (CallMemory), m being the host model with its adapters. With prefix > 0, each sequence's
+// positions past the prefix its group shares are traced after it (hostPrefix, held
+// meanwhile: preHeld bytes); else each sequence is traced whole. The traces are kept whole
+// while the micro-batch fits, shortest first, the rest checkpointed
+// (llm.TraceOptions.Checkpointed); ok is false where it does not fit even with every trace
+// checkpointed (it then trains through the graphs, segment by segment where needed). The
+// estimate (hostBytes) counts every trace held at once, the log-probs kept (at most
+// hostKeepBytes), the head's block and the largest backward pass's working memory.
+func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32, prefix int, preHeld float64) (units []hostUnit, ok bool) {
 	for i, s := range seqs {
-		u := hostUnit{ids: s[pre : len(s)-1], seqs: []int{i}, off: pre, pre: -1}
-		if pre > 0 {
-			u.pre = 0
-		}
-		units = append(units, u)
+		units = append(units, hostUnit{seq: i, ids: s[prefix : len(s)-1], after: prefix > 0, opts: llm.TraceOptions{Checkpointed: true}})
 	}
-	for i := range units {
-		units[i].opts.Checkpointed = true
-	}
-	if p.hostBytes(m, units) > p.callBudget() {
+	if p.hostBytes(m, units, prefix)+preHeld > p.callBudget() {
 		return nil, false
 	}
 	if p.checkpointTraces {
@@ -375,7 +361,7 @@ func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32, share bool) (u
 	slices.SortStableFunc(order, func(a, b int) int { return len(units[a].ids) - len(units[b].ids) })
 	for _, i := range order {
 		units[i].opts.Checkpointed = false
-		if p.hostBytes(m, units) > p.callBudget() {
+		if p.hostBytes(m, units, prefix)+preHeld > p.callBudget() {
 			units[i].opts.Checkpointed = true
 			break
 		}
@@ -383,8 +369,9 @@ func (p *PretrainedPolicy) hostPlan(m *llm.Model, seqs [][]int32, share bool) (u
 	return units, true
 }
 
-// hostBytes estimates the memory a host step of units takes (hostPlan).
-func (p *PretrainedPolicy) hostBytes(m *llm.Model, units []hostUnit) float64 {
+// hostBytes estimates the memory a host step's micro-batch of units takes (hostPlan), those
+// traced after a prefix of prefix positions (what the prefix holds is its own, prefixBytes).
+func (p *PretrainedPolicy) hostBytes(m *llm.Model, units []hostUnit, prefix int) float64 {
 	total, held, back := 0.0, 0.0, 0.0
 	var dropout float64
 	if lora := p.graph.LoRA(); lora != nil {
@@ -394,10 +381,10 @@ func (p *PretrainedPolicy) hostBytes(m *llm.Model, units []hostUnit) float64 {
 		o, k := u.opts, len(u.ids)
 		o.Dropout = dropout
 		var h, b float64
-		if u.pre < 0 {
-			h, b = m.TraceBytes(k, o)
+		if u.after {
+			h, b = m.TraceAfterBytes(prefix, k, o)
 		} else {
-			h, b = m.TraceAfterBytes(len(units[u.pre].ids), k, o)
+			h, b = m.TraceBytes(k, o)
 		}
 		held += h
 		back = max(back, b+4*float64(k*p.cfg.HiddenSize)) // and the hidden states' gradient
@@ -475,87 +462,4 @@ func (t *pretrainedTrainer) hostUpdate(grads [][]float32, lr float64) (float64, 
 		targets[i] = adamTarget{name: wv.Path(), w: wv, m: mv, v: vv, decay: !p.full || wv.Shape().Rank() >= 2}
 	}
 	return hostAdamW(o, p.store.GetVariable(t.statePath("step")), t.statePath("step"), targets, grads, lr, runtime.GOMAXPROCS(0))
-}
-
-// shareGroups partitions seqs' indices into groups of sequences with a prefix of at least
-// hostShareMin positions in common (their tokens before the last): the episodes of one
-// prompt, or of prompts that share a long system prompt. Sequences are grouped as they come
-// in lexicographic order, a group's common prefix the shortest between neighbours; each
-// group lists its members in seqs' order, and the groups come in the order of their first.
-func shareGroups(seqs [][]int32) [][]int {
-	if len(seqs) == 0 {
-		return nil
-	}
-	lex := make([]int, len(seqs))
-	for i := range lex {
-		lex[i] = i
-	}
-	body := func(i int) []int32 { return seqs[i][:max(0, len(seqs[i])-1)] }
-	slices.SortStableFunc(lex, func(a, b int) int { return slices.Compare(body(a), body(b)) })
-	var groups [][]int
-	cur, common := []int{lex[0]}, len(body(lex[0]))
-	for _, i := range lex[1:] {
-		a, b := body(cur[len(cur)-1]), body(i)
-		n := 0
-		for n < min(len(a), len(b)) && a[n] == b[n] {
-			n++
-		}
-		if c := min(common, n); c >= hostShareMin {
-			cur, common = append(cur, i), c
-			continue
-		}
-		groups = append(groups, cur)
-		cur, common = []int{i}, len(b)
-	}
-	groups = append(groups, cur)
-	for _, g := range groups {
-		slices.Sort(g)
-	}
-	slices.SortFunc(groups, func(a, b []int) int { return a[0] - b[0] })
-	return groups
-}
-
-// shareChunks reorders a batch (names its values) for host steps that share prefixes and
-// splits it into micro-batches: each group of sequences that share one (shareGroups) is one
-// micro-batch, its prefix traced once (hostPlan), or where that does not fit the call
-// budget, the fewest parts of two or more that do, each tracing the prefix once; the
-// sequences left (alone, or in a group no part of which fits) follow in the batch's order,
-// in the micro-batches the graphs would take them in (chunks).
-func (p *PretrainedPolicy) shareChunks(m *llm.Model, b TrainBatch, names []string) (TrainBatch, [][2]int) {
-	var order, alone []int
-	var chunks [][2]int
-	pick := func(idx []int) [][]int32 {
-		out := make([][]int32, len(idx))
-		for k, i := range idx {
-			out[k] = b.Tokens[i]
-		}
-		return out
-	}
-	for _, g := range shareGroups(b.Tokens) {
-		placed := false
-		for parts := 1; !placed && parts <= len(g)/2; parts++ {
-			fits := true
-			for k := 0; fits && k < parts; k++ {
-				_, fits = p.hostPlan(m, pick(g[k*len(g)/parts:(k+1)*len(g)/parts]), true)
-			}
-			if !fits {
-				continue
-			}
-			for k := range parts {
-				part := g[k*len(g)/parts : (k+1)*len(g)/parts]
-				chunks = append(chunks, [2]int{len(order), len(order) + len(part)})
-				order = append(order, part...)
-			}
-			placed = true
-		}
-		if !placed {
-			alone = append(alone, g...)
-		}
-	}
-	slices.Sort(alone)
-	for _, c := range p.chunks(pick(alone)) {
-		chunks = append(chunks, [2]int{len(order) + c[0], len(order) + c[1]})
-	}
-	order = append(order, alone...)
-	return reorder(b, order, names), chunks
 }

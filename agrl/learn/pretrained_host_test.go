@@ -53,11 +53,11 @@ func TestHostLoRAStepMatchesGraph(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, short := mp.hostPlan(hm, [][]int32{batch.Tokens[4]}, false)
-			_, long := mp.hostPlan(hm, [][]int32{batch.Tokens[6]}, false)
+			_, short := mp.hostPlan(hm, [][]int32{batch.Tokens[4]}, 0, 0)
+			_, long := mp.hostPlan(hm, [][]int32{batch.Tokens[6]}, 0, 0)
 			if !short || long {
 				t.Fatalf("the mixed run's budget: %.0f bytes; the host path's estimate %.0f for 2 tokens, %.0f for 8 (checkpointed)",
-					mp.callBudget(), mp.hostBytes(hm, traceUnits([]int{1}, []bool{true})), mp.hostBytes(hm, traceUnits([]int{7}, []bool{true})))
+					mp.callBudget(), mp.hostBytes(hm, traceUnits([]int{1}, []bool{true}), 0), mp.hostBytes(hm, traceUnits([]int{7}, []bool{true}), 0))
 			}
 			if c := mp.chunks(byLength(batch, nil).Tokens); len(c) != 7 {
 				t.Fatalf("the mixed run's micro-batches %v, want one sequence each", c)
@@ -146,25 +146,25 @@ func TestHostPlan(t *testing.T) {
 	n := []int{5, 9, 17}
 	plans := [][]bool{{false, false, false}, {false, false, true}, {false, true, true}, {true, true, true}}
 	for i, plan := range plans {
-		need := p.hostBytes(m, traceUnits(n, plan))
-		if i > 0 && need >= p.hostBytes(m, traceUnits(n, plans[i-1])) {
+		need := p.hostBytes(m, traceUnits(n, plan), 0)
+		if i > 0 && need >= p.hostBytes(m, traceUnits(n, plans[i-1]), 0) {
 			t.Fatalf("plan %v: %.0f bytes, not under %v's", plan, need, plans[i-1])
 		}
 		for _, budget := range []float64{need, need + 1} { // exactly the estimate, and just over it
 			p.spec.CallMemoryGiB = budget / (1 << 30)
-			got, ok := p.hostPlan(m, seqs, false)
+			got, ok := p.hostPlan(m, seqs, 0, 0)
 			if !ok || !slices.Equal(checkpoints(got), plan) {
 				t.Errorf("budget %.0f bytes: plan %v (host %v), want %v", budget, got, ok, plan)
 			}
 		}
 	}
-	p.spec.CallMemoryGiB = (p.hostBytes(m, traceUnits(n, plans[3])) - 1) / (1 << 30)
-	if got, ok := p.hostPlan(m, seqs, false); ok {
+	p.spec.CallMemoryGiB = (p.hostBytes(m, traceUnits(n, plans[3]), 0) - 1) / (1 << 30)
+	if got, ok := p.hostPlan(m, seqs, 0, 0); ok {
 		t.Errorf("a budget under every trace checkpointed: plan %v on the host", got)
 	}
 	p.spec.CallMemoryGiB = 1
 	p.checkpointTraces = true
-	if got, ok := p.hostPlan(m, seqs, false); !ok || !slices.Equal(checkpoints(got), plans[3]) {
+	if got, ok := p.hostPlan(m, seqs, 0, 0); !ok || !slices.Equal(checkpoints(got), plans[3]) {
 		t.Errorf("checkpointTraces: plan %v (host %v)", got, ok)
 	}
 	// What checkpointing saves grows with the positions: at 4,096 of a tiny model, most of it.
@@ -180,7 +180,7 @@ func TestHostPlan(t *testing.T) {
 func traceUnits(n []int, checkpoint []bool) []hostUnit {
 	units := make([]hostUnit, len(n))
 	for i, k := range n {
-		units[i] = hostUnit{ids: make([]int32, k), seqs: []int{i}, pre: -1, opts: llm.TraceOptions{Checkpointed: checkpoint[i]}}
+		units[i] = hostUnit{seq: i, ids: make([]int32, k), opts: llm.TraceOptions{Checkpointed: checkpoint[i]}}
 	}
 	return units
 }

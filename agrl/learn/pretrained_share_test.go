@@ -8,6 +8,7 @@ import (
 
 	"agrl.dev/agrl"
 	"agrl.dev/agrl/hf"
+	"agrl.dev/agrl/llm"
 )
 
 // sharedTestBatch is a GRPO-like batch of vocabulary vocab: prompts of the given lengths,
@@ -49,20 +50,24 @@ func sharedTestBatch(vocab int, prompts []int, rests [][]int, lone ...int) Train
 	return b
 }
 
-// TestHostSharedPrompt: a host step that traces each prompt once for its episodes (hostPlan,
-// llm.TraceAfter) takes the step that tracing every sequence whole takes — loss, metrics and
-// gradients to rounding — with LoRA on Llama and Qwen3 and with full fine-tuning, for two
-// steps; shareGroups finds the prompts' groups (and leaves the lone sequence alone), hostPlan
-// traces the prompt once and each episode's rest after it, and under a call budget that a
-// group of four does not fit, shareChunks splits it in two parts that do.
+// TestHostSharedPrompt: a host step that traces each prompt once for its episodes
+// (pretrained_share.go) takes the step that tracing every sequence whole takes — loss,
+// metrics and gradients to rounding — with LoRA on Llama and Qwen3 and with full fine-tuning,
+// for two steps, and again with every trace checkpointed (the prompt's too: its backward pass
+// runs its layers again, its keys and values kept). The batch: two prompts of 40 and 24
+// tokens with four and three episodes, and a lone sequence; in micro-batches of two, so that
+// a prompt is held across its group's micro-batches. shareChunks orders the groups by their
+// shortest episode and the lone sequence last, and under a call budget that the prompt's
+// whole trace does not fit beside its micro-batches it checkpoints the prompt, and under one
+// that that does not fit either, traces its episodes whole.
 func TestHostSharedPrompt(t *testing.T) {
 	if !hostKernels {
 		t.Skip("host training needs the host kernels (GOEXPERIMENT=simd on an AVX-512 or AVX2 CPU)")
 	}
 	defer func(b int, s bool) { headBlock, hostSharing = b, s }(headBlock, hostSharing)
 	headBlock = 16
-	// two prompts of 40 and 24 tokens, with four and three episodes; one lone sequence
 	batch := sharedTestBatch(320, []int{40, 24}, [][]int{{7, 20, 3, 11}, {12, 25, 5}}, 18)
+	names := []string{"adv", "mask"}
 	for _, c := range []struct {
 		name string
 		f    hf.Family
@@ -70,11 +75,11 @@ func TestHostSharedPrompt(t *testing.T) {
 	}{{"llama lora", hf.Llama, false}, {"qwen3 lora", hf.Qwen3, false}, {"qwen3 full", hf.Qwen3, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := tinyFamily(t, c.f)
-			var runs []*recordedRun
-			for range 2 {
-				spec := agrl.Pretrained(dir).LoRA(4, 8).MicroBatch(4)
+			var runs []*recordedRun // shared, whole, shared with every trace checkpointed
+			for k := range 3 {
+				spec := agrl.Pretrained(dir).LoRA(4, 8).MicroBatch(2)
 				if c.full {
-					spec = agrl.Pretrained(dir).Full().MicroBatch(4)
+					spec = agrl.Pretrained(dir).Full().MicroBatch(2)
 				}
 				p, err := LoadPretrained(spec, 5)
 				if err != nil {
@@ -83,81 +88,99 @@ func TestHostSharedPrompt(t *testing.T) {
 				if !c.full {
 					withRandomAdapters(t, p)
 				}
+				p.checkpointTraces = k == 2
 				runs = append(runs, newHostRun(t, p, false, 1e-2))
-			}
-			sorted := byLength(batch, nil).Tokens
-			groups := shareGroups(sorted)
-			sizes := []int{}
-			for _, g := range groups {
-				sizes = append(sizes, len(g))
-			}
-			if slices.Sort(sizes); !slices.Equal(sizes, []int{1, 3, 4}) {
-				t.Fatalf("shareGroups: %v, want groups of 4, 3 and 1", groups)
 			}
 			p := runs[0].tr.p
 			m, err := p.hostModel()
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, g := range groups {
-				seqs := make([][]int32, len(g))
-				for k, i := range g {
-					seqs[k] = sorted[i]
-				}
-				units, ok := p.hostPlan(m, seqs, true)
-				switch {
-				case !ok:
-					t.Fatalf("group %v: not on the host", g)
-				case len(g) == 1 && len(units) != 1:
-					t.Errorf("a lone sequence: %d traces", len(units))
-				case len(g) > 1 && (len(units) != len(g)+1 || len(units[0].ids) < 24 || len(units[0].seqs) != len(g) || !units[0].opts.Prefix):
-					t.Errorf("group %v: units %+v, want the prompt once then each rest", g, units)
-				}
-				if len(g) == 4 { // a budget the whole group does not fit, checkpointed, and its halves do
-					light := func(units []hostUnit) float64 {
-						for i := range units {
-							units[i].opts.Checkpointed = true
-						}
-						return p.hostBytes(m, units)
-					}
-					half, _ := p.hostPlan(m, seqs[:2], true)
-					whole := light(units)
-					if light(half) >= whole-1 {
-						t.Fatalf("a half's estimate %.0f, the whole group's %.0f", light(half), whole)
-					}
-					defer func(g float64) { p.spec.CallMemoryGiB = g }(p.spec.CallMemoryGiB)
-					p.spec.CallMemoryGiB = (whole - 1) / (1 << 30)
-					// shortest first: the group of three, the four in halves, the lone sequence
-					_, chunks := p.shareChunks(m, byLength(batch, []string{"adv", "mask"}), []string{"adv", "mask"})
-					if want := [][2]int{{0, 3}, {3, 5}, {5, 7}, {7, 8}}; !slices.Equal(chunks, want) {
-						t.Errorf("under %.0f bytes: micro-batches %v, want %v", whole-1, chunks, want)
-					}
+			// By length: 18 (lone), 29 (B), 36 (B), 43 (A), 47 (A), 49 (B), 51 (A), 60 (A).
+			sorted := byLength(batch, names)
+			if g := shareGroups(sorted.Tokens); !slices.EqualFunc(g, [][]int{{0}, {1, 2, 5}, {3, 4, 6, 7}}, slices.Equal) {
+				t.Fatalf("shareGroups: %v", g)
+			}
+			_, chunks, shares := p.shareChunks(m, sorted, names)
+			if want := [][2]int{{0, 2}, {2, 3}, {3, 5}, {5, 7}, {7, 8}}; !slices.Equal(chunks, want) {
+				t.Fatalf("micro-batches %v, want %v", chunks, want)
+			}
+			for k, sh := range shares {
+				pre := map[int]int{0: 24, 1: 24, 2: 40, 3: 40}[k] // at least: the tokens after may agree by chance
+				if (k < 4) != (sh.prefix >= pre && pre > 0) || k == 4 && sh.prefix != 0 || sh.last != (k%2 == 1 && k < 4) || sh.opts.Checkpointed {
+					t.Errorf("micro-batch %d: %+v, want a prefix of %d whole, last of its group %v", k, sh, pre, k%2 == 1)
 				}
 			}
+			// Budgets from 50 KB up: the four A episodes' micro-batches (as many as the budget
+			// allows, chunks) beside their prompt whole where that fits, else beside it
+			// checkpointed, else each episode whole; each of the three at some budget.
+			aSeqs := [][]int32{sorted.Tokens[3], sorted.Tokens[4], sorted.Tokens[6], sorted.Tokens[7]}
+			aPre := sharedPrefix(aSeqs)
+			need := func(o llm.TraceOptions) float64 {
+				held, back := p.prefixBytes(m, aPre, o)
+				most := held + back
+				for _, c := range p.chunks(aSeqs) {
+					units, _ := p.hostPlan(m, aSeqs[c[0]:c[1]], aPre, 0)
+					for i := range units {
+						units[i].opts.Checkpointed = true
+					}
+					most = max(most, held+p.hostBytes(m, units, aPre))
+				}
+				return most
+			}
+			restore := p.spec.CallMemoryGiB
+			seen := map[string]bool{}
+			for budget := 50e3; budget < 4e6; budget *= 1.1 {
+				p.spec.CallMemoryGiB = budget / (1 << 30)
+				want := "alone"
+				if need(llm.TraceOptions{}) <= budget {
+					want = "whole"
+				} else if need(llm.TraceOptions{Checkpointed: true}) <= budget {
+					want = "checkpointed"
+				}
+				_, _, sh := p.shareChunks(m, sorted, names)
+				got := "alone"
+				for _, s := range sh {
+					if s.prefix == aPre {
+						got = map[bool]string{false: "whole", true: "checkpointed"}[s.opts.Checkpointed]
+					}
+				}
+				if got != want {
+					t.Errorf("a budget of %.0f bytes: the A prompt %s, want %s (needs %.0f whole, %.0f checkpointed)", budget, got, want,
+						need(llm.TraceOptions{}), need(llm.TraceOptions{Checkpointed: true}))
+				}
+				seen[got] = true
+			}
+			if len(seen) != 3 {
+				t.Errorf("the budgets gave %v", seen)
+			}
+			p.spec.CallMemoryGiB = restore
 			for range 2 {
 				hostSharing = true
-				stepRuns(t, runs[:1], batch)
+				stepRuns(t, []*recordedRun{runs[0], runs[2]}, batch)
 				hostSharing = false
-				stepRuns(t, runs[1:], batch)
+				stepRuns(t, runs[1:2], batch)
 			}
-			for step := range 2 {
-				a, b := runs[0].stats[step], runs[1].stats[step]
-				near := func(what string, x, y float64) {
-					if math.Abs(x-y) > 1e-5*(1+math.Abs(y)) || bad(x) || bad(y) {
-						t.Errorf("step %d %s: shared %v, alone %v", step+1, what, x, y)
+			for _, k := range []int{0, 2} {
+				for step := range 2 {
+					a, b := runs[k].stats[step], runs[1].stats[step]
+					near := func(what string, x, y float64) {
+						if math.Abs(x-y) > 1e-5*(1+math.Abs(y)) || bad(x) || bad(y) {
+							t.Errorf("run %d step %d %s: shared %v, whole %v", k, step+1, what, x, y)
+						}
 					}
-				}
-				near("loss", a.Loss, b.Loss)
-				near("grad norm", a.GradNorm, b.GradNorm)
-				for k, v := range b.Metrics {
-					near(k, a.Metrics[k], v)
-				}
-				tol := []float64{1e-5, 1e-3}[step] // step 2 from AdamW's first update: TestHostLoRAStepMatchesGraph says why wider
-				for i, g := range runs[1].grads[step] {
-					worst, scale, at := gradGap(g, runs[0].grads[step][i])
-					if worst > tol*scale || scale == 0 || bad(scale) {
-						t.Errorf("step %d %s: shared and alone gradients differ by %.3g at %d (largest %.3g)",
-							step+1, p.trainVars()[i].Path(), worst, at, scale)
+					near("loss", a.Loss, b.Loss)
+					near("grad norm", a.GradNorm, b.GradNorm)
+					for name, v := range b.Metrics {
+						near(name, a.Metrics[name], v)
+					}
+					tol := []float64{1e-5, 1e-3}[step] // step 2 from AdamW's first update: TestHostLoRAStepMatchesGraph says why wider
+					for i, g := range runs[1].grads[step] {
+						worst, scale, at := gradGap(g, runs[k].grads[step][i])
+						if worst > tol*scale || scale == 0 || bad(scale) {
+							t.Errorf("run %d step %d %s: shared and whole gradients differ by %.3g at %d (largest %.3g)",
+								k, step+1, p.trainVars()[i].Path(), worst, at, scale)
+						}
 					}
 				}
 			}
