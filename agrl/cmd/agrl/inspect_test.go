@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,11 +10,19 @@ import (
 
 // TestInspect: `agrl inspect` opens a quick run's recorded steps — the newest by default, a
 // named one, one episode with every token — re-derives the logged metrics (exit 0 only when
-// they match), prints JSON, and names the recorded steps for one that was not.
+// they match), prints JSON, and names the recorded steps for one that was not. (The run also
+// writes a CPU profile, -cpuprofile: a gzip-compressed pprof file.)
 func TestInspect(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "calc")
-	if code, _, stderr := runCLI(append([]string{"train", "--env", "calc", "--out", out, "--trajectories-every", "1"}, quick...)...); code != 0 {
+	prof := filepath.Join(t.TempDir(), "cpu.pprof")
+	if code, _, stderr := runCLI(append([]string{"train", "--env", "calc", "--out", out, "--trajectories-every", "1", "--cpuprofile", prof}, quick...)...); code != 0 {
 		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	if b, err := os.ReadFile(prof); err != nil || len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("-cpuprofile: %d bytes (%v), want a gzip-compressed profile", len(b), err)
+	}
+	if code, _, stderr := runCLI("train", "--env", "calc", "--cpuprofile", filepath.Join(out, "no", "such", "dir", "p"), "--out", filepath.Join(t.TempDir(), "x")); code == 0 || !strings.Contains(stderr, "cpuprofile") {
+		t.Errorf("-cpuprofile into a missing directory: exit %d: %s", code, stderr)
 	}
 	code, stdout, stderr := runCLI("inspect", "--run", out)
 	if code != 0 {

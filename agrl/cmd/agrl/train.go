@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -384,12 +385,20 @@ func cmdTrain(args []string, stdout, stderr io.Writer) error {
 	var f trainFlags
 	f.register(fs, args)
 	fs.StringVar(&f.out, "out", "", "run directory (default runs/ENV); an existing run with checkpoints is resumed")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (read it with go tool pprof)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
 	g, err := f.config(stderr)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
 	}
 	learn.ExecTimeout = f.watchdog
 	ctx, stop := signalContext(stderr)
@@ -747,4 +756,21 @@ func fetchModel(arg string, stderr io.Writer) error {
 		return fmt.Errorf("-model %s: no such directory, and as a hub id: %w", arg, err)
 	}
 	return nil
+}
+
+// startCPUProfile starts a CPU profile into the file at path (runtime/pprof); stop ends it
+// and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	fh, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		fh.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		fh.Close()
+	}, nil
 }
