@@ -273,14 +273,14 @@ func (hd *headPass) block(hidden []float32, r0, r1 int, ent []float32) (lp, pr [
 // hidden states' through the head (and, fine-tuning every weight, the head's own), then the
 // trace's backward pass into g.
 func (hd *headPass) backward(tr *llm.Trace, lps, ents, dlogp, dent []float32, targets []int32, g hostSums) error {
-	return hd.backwardWith(tr, lps, ents, func(r int, row []float32) (a, e float32) { return dlogp[r], dent[r] },
+	return hd.backwardWith(tr, lps, ents, func(r int) (a, e float32) { return dlogp[r], dent[r] },
 		func(r int, row []float32) { row[targets[r]] += hd.t.invT * dlogp[r] }, g)
 }
 
 // backwardWith is backward with each row's gradients given by coef (the loss's gradients with
 // respect to its target's log-prob, all targets summed, and its entropy) and its targets'
 // one-hot terms added by onehot.
-func (hd *headPass) backwardWith(tr *llm.Trace, lps, ents []float32, coef func(r int, row []float32) (a, e float32), onehot func(r int, row []float32), g hostSums) error {
+func (hd *headPass) backwardWith(tr *llm.Trace, lps, ents []float32, coef func(r int) (a, e float32), onehot func(r int, row []float32), g hostSums) error {
 	H, V, invT := hd.H, hd.V, hd.t.invT
 	n := tr.Len()
 	dh := llm.Floats(n * H) // written whole, block by block, by the head's products below
@@ -302,7 +302,7 @@ func (hd *headPass) backwardWith(tr *llm.Trace, lps, ents []float32, coef func(r
 		rowsDo(hd.nw, r1-r0, func(lo, hi int) {
 			for r := lo; r < hi; r++ {
 				row := dz[r*V : (r+1)*V]
-				a, e := coef(r0+r, row)
+				a, e := coef(r0 + r)
 				outputGrad(row, lp[r*V:(r+1)*V], row, a, e, ents[r0+r], invT)
 				onehot(r0+r, row)
 			}

@@ -142,7 +142,7 @@ func (t *pretrainedTrainer) prefixBackward(m *llm.Model, pre *hostPrefix, g host
 	n, invT := len(pre.ids), t.invT
 	hd := t.newHeadPass(m, n)
 	defer hd.release()
-	err := hd.backwardWith(pre.tr, pre.lps, pre.ents, func(r int, _ []float32) (a, e float32) { return pre.a[r], pre.e[r] },
+	err := hd.backwardWith(pre.tr, pre.lps, pre.ents, func(r int) (a, e float32) { return pre.a[r], pre.e[r] },
 		func(r int, row []float32) {
 			if r < n-1 {
 				row[pre.ids[r+1]] += invT * pre.a[r]
