@@ -74,10 +74,12 @@
 // pass needs; Hidden and Head give the final hidden states and the LM head's matrix, from
 // which the caller computes its loss over the logits and that loss's gradient with respect to
 // the hidden states; Backward takes it back through the frozen decoder and adds the adapters'
-// gradients to an Adapters made by NewGradients (PEFT's layout and names). The base weights
-// get no gradient; LoRA dropout is not applied. agrl/learn trains a pretrained policy's
-// adapters this way on the CPU. SetMul and SetExpSum install faster kernels for the backward
-// pass, as SetLinear does for the forward one.
+// gradients to an Adapters made by NewGradients (PEFT's layout and names); BackwardWeights
+// adds every weight's instead (full fine-tuning). TraceWith checkpoints a trace or applies
+// LoRA dropout; TraceAfter continues a trace made with TraceOptions.Prefix, so that sequences
+// that share a beginning trace it once. agrl/learn trains a pretrained policy this way on the
+// CPU. SetMul and SetExpSum install faster kernels for the backward pass, as SetLinear does
+// for the forward one.
 //
 // # Test models
 //

@@ -27,7 +27,10 @@ import (
 // trace (TraceOptions.Checkpointed) keeps only each layer's input stream (2.3 KB a position
 // and layer at the SmolLM2-135M shape, 4 KB at Qwen3-0.6B's) and runs each layer again in
 // Backward. LoRA dropout (TraceOptions.Dropout) draws its masks again where Backward needs
-// them rather than keeping them.
+// them rather than keeping them. Sequences that begin alike (a group of episodes of one
+// prompt) need not trace their beginning each: a trace made with TraceOptions.Prefix keeps
+// its keys and values, TraceAfter traces each sequence's rest after it, and the prefix's
+// backward pass, after theirs, takes on what theirs summed into its keys and values.
 
 // mulKernel, when set by SetMul, computes mul's products.
 var mulKernel func(m, n, k int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, add bool)
