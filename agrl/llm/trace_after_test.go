@@ -81,9 +81,26 @@ func TestTraceAfter(t *testing.T) {
 			if err := pre.Backward(dpre, got); err == nil || !strings.Contains(err.Error(), "2 traces that continue this one") {
 				t.Errorf("%s: the prefix's backward pass before its continuations': %v", label, err)
 			}
+			// What the prefix keeps for its continuations, against TraceBytes: its keys and
+			// values, then their gradients' sums too (made by the first continuation's backward pass).
+			kvBytes := func() float64 {
+				n := 0
+				for _, kv := range pre.kv {
+					n += len(kv.k) + len(kv.v) + len(kv.dk) + len(kv.dv)
+				}
+				return 4 * float64(n)
+			}
+			with, _ := m.TraceBytes(P, po)
+			without, _ := m.TraceBytes(P, o)
+			if got := kvBytes(); 2*got != with-without {
+				t.Errorf("%s: the prefix keeps %.0f bytes of keys and values; TraceBytes counts %.0f with their gradients", label, got, with-without)
+			}
 			for k, tr := range after {
 				if err := tr.Backward(rs[k][P*H:], got); err != nil {
 					t.Fatal(err)
+				}
+				if w, _ := m.TraceBytes(P, po); k == 0 && kvBytes() != w-without {
+					t.Errorf("%s: with their gradients, the prefix keeps %.0f bytes; TraceBytes counts %.0f", label, kvBytes(), w-without)
 				}
 			}
 			if err := pre.Backward(dpre, got); err != nil {
