@@ -481,3 +481,35 @@ func TestLLMScoreGroups(t *testing.T) {
 		return float64(scored), err
 	})
 }
+
+// TestLLMSharedSteps times host training steps (LoRA r=16) on a batch shaped like a calc GRPO
+// step's at a real shape (AGRL_BENCH_LLM): two tasks' groups of four episodes of 1,004 tokens,
+// all eight sharing their first 707 positions and each group its first 720, as the calc run of
+// docs/llm.md's "Training shares the prompt" has them; AGRL_BENCH_SHARE=0 traces every
+// episode whole instead (hostSharing off), for comparison; AGRL_BENCH_STEPS steps (default
+// 4), timed as TestLLMSteps times them.
+func TestLLMSharedSteps(t *testing.T) {
+	_, cfg, dir := benchShape(t, "AGRL_BENCH_LLM")
+	n := benchSteps(t, 4)
+	defer func(s bool) { hostSharing = s }(hostSharing)
+	hostSharing = os.Getenv("AGRL_BENCH_SHARE") != "0"
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := p.newLearner("bench", grpoLoss(0.2, 0.2, 0, agrl.K3), grpoValues, agrl.NewAdamW().LR(1e-5), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const episodes, length, shared, task = 8, 1004, 707, 720
+	b := benchGRPOBatch(rand.New(rand.NewPCG(1, 2)), cfg.VocabSize, slices.Repeat([]int{length}, episodes))
+	for i, s := range b.Tokens {
+		copy(s[:shared], b.Tokens[0])
+		copy(s[shared:task], b.Tokens[i/4*4][shared:])
+	}
+	fmt.Printf("sharing %v: %d episodes of %d tokens, sharing %d (each group of 4, %d)\n", hostSharing, episodes, length, shared, task)
+	timeRuns(t, "step", n, func(int) (float64, error) {
+		_, err := l.Step(b)
+		return float64(episodes * (length - 1)), err
+	})
+}
