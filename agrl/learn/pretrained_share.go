@@ -7,8 +7,9 @@ import (
 )
 
 // A prompt traced once for its episodes. A GRPO step trains a group of episodes of each task,
-// and every episode of a group begins with the same prompt (most of its positions at a real
-// shape: a 657-token calc prompt, episodes of about 800). A host step (pretrained_host.go)
+// and every episode of a group begins with the same prompt (most of its positions: in the
+// calc run of docs/llm.md's "Training shares the prompt", 707 of an episode's 1,004 tokens are
+// shared by all eight episodes of a step). A host step (pretrained_host.go)
 // traced each sequence whole, the prompt once per episode. Now the sequences of a batch that
 // share a prefix of hostShareMin positions or more (shareGroups: a task's episodes, or
 // several tasks' behind one long system prompt) train one after another, the prefix traced
@@ -38,12 +39,12 @@ const hostShareMin = 16
 type hostPrefix struct {
 	tr        *llm.Trace
 	ids       []int32
-	lps       []float32 // its rows' log-probs [n, V], kept for the backward pass; nil past hostKeepBytes (the head runs again)
-	ents, top []float32 // each row's entropy and largest log-prob
-	next      []float32 // each row's log-prob of the prompt's next token (all rows but the last)
-	last      []float32 // the last row's log-probs: its target is each sequence's first token past the prompt
-	a, e      []float32 // the loss's gradients with respect to each row's target log-probs and entropy, summed over the group
-	lastDlogp map[int32]float32
+	lps       []float32         // its rows' log-probs [n, V], kept for the backward pass; nil past hostKeepBytes (the head runs again)
+	ents, top []float32         // each row's entropy and largest log-prob
+	next      []float32         // each row's log-prob of the prompt's next token (all rows but the last)
+	last      []float32         // the last row's log-probs: its target is each sequence's first token past the prompt
+	a, e      []float32         // the loss's gradients with respect to each row's target log-probs and entropy, summed over the group
+	lastDlogp map[int32]float32 // the last row's gradients with respect to each target's log-prob, summed over the sequences with it
 }
 
 // sharedPrefix is the number of leading positions every sequence of seqs (two or more) has
