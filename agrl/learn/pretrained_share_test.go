@@ -119,10 +119,10 @@ func TestHostSharedPrompt(t *testing.T) {
 			need := func(o llm.TraceOptions) float64 {
 				held, back := p.prefixBytes(m, aPre, o)
 				most := held + back
-				for _, c := range p.chunks(aSeqs) {
-					units, _ := p.hostPlan(m, aSeqs[c[0]:c[1]], aPre, 0)
-					for i := range units {
-						units[i].opts.Checkpointed = true
+				for _, c := range p.chunks(aSeqs) { // each micro-batch's rests, checkpointed
+					var units []hostUnit
+					for i, s := range aSeqs[c[0]:c[1]] {
+						units = append(units, hostUnit{seq: i, ids: s[aPre : len(s)-1], after: true, opts: llm.TraceOptions{Checkpointed: true}})
 					}
 					most = max(most, held+p.hostBytes(m, units, aPre))
 				}
