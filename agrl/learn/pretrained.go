@@ -1234,11 +1234,7 @@ func (t *pretrainedTrainer) Step(b TrainBatch) (agrl.StepStats, error) {
 		var units []hostUnit
 		onHost := false
 		if hostModel != nil {
-			preHeld := 0.0
-			if sh.prefix > 0 {
-				preHeld, _ = p.prefixBytes(hostModel, sh.prefix, sh.opts)
-			}
-			units, onHost = p.hostPlan(hostModel, seqs, sh.prefix, preHeld)
+			units, onHost = p.hostPlan(hostModel, seqs, sh.prefix, sh.held)
 		}
 		if sh.prefix > 0 {
 			if !onHost { // shareChunks planned it

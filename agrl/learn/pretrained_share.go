@@ -56,16 +56,19 @@ func sharedPrefix(seqs [][]int32) int {
 	}
 	n := len(seqs[0]) - 2
 	for _, s := range seqs[1:] {
-		n = min(n, len(s)-2)
-		for k := range n {
-			if s[k] != seqs[0][k] {
-				n = k
-				break
-			}
-		}
+		n = min(n, len(s)-2, commonLen(s, seqs[0]))
 	}
 	if n < hostShareMin {
 		return 0
+	}
+	return n
+}
+
+// commonLen is the number of leading tokens a and b have in common.
+func commonLen(a, b []int32) int {
+	n := 0
+	for n < min(len(a), len(b)) && a[n] == b[n] {
+		n++
 	}
 	return n
 }
@@ -174,6 +177,7 @@ func (p *PretrainedPolicy) prefixBytes(m *llm.Model, n int, o llm.TraceOptions) 
 type hostShare struct {
 	prefix int              // the prefix's positions (0: each sequence traced whole)
 	opts   llm.TraceOptions // the prefix's trace options: checkpointed or not
+	held   float64          // what the prefix holds meanwhile, by prefixBytes' estimate
 	last   bool             // the group's last micro-batch: the prefix's backward pass follows
 }
 
@@ -195,17 +199,12 @@ func shareGroups(seqs [][]int32) [][]int {
 	var groups [][]int
 	cur, common := []int{lex[0]}, len(body(lex[0]))
 	for _, i := range lex[1:] {
-		a, b := body(cur[len(cur)-1]), body(i)
-		n := 0
-		for n < min(len(a), len(b)) && a[n] == b[n] {
-			n++
-		}
-		if c := min(common, n); c >= hostShareMin {
+		if c := min(common, commonLen(body(cur[len(cur)-1]), body(i))); c >= hostShareMin {
 			cur, common = append(cur, i), c
 			continue
 		}
 		groups = append(groups, cur)
-		cur, common = []int{i}, len(b)
+		cur, common = []int{i}, len(body(i))
 	}
 	groups = append(groups, cur)
 	for _, g := range groups {
@@ -255,7 +254,7 @@ func (p *PretrainedPolicy) shareChunks(m *llm.Model, b TrainBatch, names []strin
 			}
 			for k, c := range parts {
 				chunks = append(chunks, [2]int{len(order) + c[0], len(order) + c[1]})
-				shares = append(shares, hostShare{prefix: pre, opts: o, last: k == len(parts)-1})
+				shares = append(shares, hostShare{prefix: pre, opts: o, held: held, last: k == len(parts)-1})
 			}
 			order = append(order, g...)
 			placed = true

@@ -167,13 +167,21 @@ type TraceOptions struct {
 
 // TraceWith is Trace with options: checkpointing and LoRA dropout.
 func (m *Model) TraceWith(ids []int32, o TraceOptions) (*Trace, error) {
-	switch {
-	case !(o.Dropout >= 0 && o.Dropout < 1):
-		return nil, fmt.Errorf("llm: Trace: dropout %v is outside [0, 1)", o.Dropout)
-	case o.Dropout > 0 && m.lora == nil:
-		return nil, errors.New("llm: Trace: dropout without adapters")
+	if err := m.checkDropout("Trace", o); err != nil {
+		return nil, err
 	}
 	return m.trace(nil, ids, o)
+}
+
+// checkDropout reports options o's dropout where a trace cannot apply it (op names the call).
+func (m *Model) checkDropout(op string, o TraceOptions) error {
+	switch {
+	case !(o.Dropout >= 0 && o.Dropout < 1):
+		return fmt.Errorf("llm: %s: dropout %v is outside [0, 1)", op, o.Dropout)
+	case o.Dropout > 0 && m.lora == nil:
+		return fmt.Errorf("llm: %s: dropout without adapters", op)
+	}
+	return nil
 }
 
 // TraceAfter traces ids as the continuation of the sequence pre traced (with
@@ -204,10 +212,9 @@ func (m *Model) TraceAfter(pre *Trace, ids []int32, o TraceOptions) (*Trace, err
 		return nil, errors.New("llm: TraceAfter: the prefix was traced without TraceOptions.Prefix")
 	case o.Prefix:
 		return nil, errors.New("llm: TraceAfter: a continuation cannot be a prefix itself")
-	case !(o.Dropout >= 0 && o.Dropout < 1):
-		return nil, fmt.Errorf("llm: TraceAfter: dropout %v is outside [0, 1)", o.Dropout)
-	case o.Dropout > 0 && m.lora == nil:
-		return nil, errors.New("llm: TraceAfter: dropout without adapters")
+	}
+	if err := m.checkDropout("TraceAfter", o); err != nil {
+		return nil, err
 	}
 	tr, err := m.trace(pre, ids, o)
 	if err != nil {
