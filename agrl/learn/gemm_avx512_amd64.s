@@ -11,7 +11,9 @@
 // k, Z18–Z19 the broadcast A(i, k). A's rows are read through three pointers (rows 0–2 from
 // SI, 3–5 from R13, 6–7 from R14, at 0, 1 and 2 row steps from each), all three advanced by
 // A's k step. Every element of C is one chain of VFMADD231PS over k in increasing order,
-// starting from C (load) or from 0.
+// starting from C (load) or from 0. Each step prefetches B's row 32 steps ahead (AX bytes):
+// B's rows are ldb apart, a stride the hardware's prefetchers follow late when B streams from
+// memory, as a decoding step's weights do (docs/performance.md, "Prefetching the weights").
 TEXT ·kernel8x32AVX512(SB), NOSPLIT, $0-65
 	MOVQ kk+0(FP), CX
 	MOVQ a+8(FP), SI
@@ -75,8 +77,12 @@ zero:
 start:
 	TESTQ CX, CX
 	JZ done
+	MOVQ R10, AX
+	SHLQ $5, AX              // AX: 32 rows of B ahead, bytes (the prefetch distance)
 
 loop:
+	PREFETCHT0 (DI)(AX*1)
+	PREFETCHT0 64(DI)(AX*1)
 	VMOVUPS (DI), Z16
 	VMOVUPS 64(DI), Z17
 	VBROADCASTSS (SI), Z18
