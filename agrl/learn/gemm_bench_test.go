@@ -61,35 +61,43 @@ func BenchmarkExpSum(b *testing.B) {
 	}
 }
 
-// BenchmarkGemmStream times the products of a decoding step (8 rows: a group's sequences) at
-// the SmolLM2-135M shape's projections, with the weights read from memory as a step reads
-// them: it cycles through 48 distinct weight matrices (more than the caches hold), so every
-// call streams its B once. GB/s is B's bytes over the time (the weights dominate the traffic).
+// BenchmarkGemmStream times the products of decoding steps at the SmolLM2-135M shape's
+// projections, with the weights read from memory as a step reads them: it cycles through 48
+// distinct weight matrices (more than the caches hold), so every call streams its B once. GB/s
+// is B's bytes over the time (the weights dominate the traffic). "gemm" is one core's kernels
+// (8 rows: a group's sequences; 1, 2 and 4: one sequence, and what is left of a batch as its
+// episodes end); "decode" is productTInto, the decoding step's product over the cores.
 func BenchmarkGemmStream(b *testing.B) {
 	for _, sh := range []struct {
 		name     string
 		m, n, kk int
 	}{
 		{"qproj", 8, 576, 576}, {"gate", 8, 1536, 576}, {"down", 8, 576, 1536},
+		{"gate", 1, 1536, 576}, {"down", 1, 576, 1536}, {"gate", 2, 1536, 576}, {"gate", 4, 1536, 576},
 	} {
-		b.Run(fmt.Sprintf("%s_%dx%dx%d", sh.name, sh.m, sh.n, sh.kk), func(b *testing.B) {
-			const count = 48
-			a, c := make([]float32, sh.m*sh.kk), make([]float32, sh.m*sh.n)
-			ws := make([][]float32, count)
-			for w := range ws {
-				ws[w] = make([]float32, sh.kk*sh.n)
-				for i := range ws[w] {
-					ws[w][i] = float32((i+w)%5) * 0.01
+		const count = 48
+		a, c := make([]float32, 16*sh.kk), make([]float32, 16*sh.n)
+		ws := make([][]float32, count)
+		for w := range ws {
+			ws[w] = make([]float32, sh.kk*sh.n)
+			for i := range ws[w] {
+				ws[w][i] = float32((i+w)%5) * 0.01
+			}
+		}
+		for i := range a {
+			a[i] = float32(i%7) * 0.1
+		}
+		for _, how := range []string{"gemm", "decode"} {
+			b.Run(fmt.Sprintf("%s_%s_%dx%dx%d", how, sh.name, sh.m, sh.n, sh.kk), func(b *testing.B) {
+				for i := range b.N {
+					if how == "gemm" {
+						gemm(sh.m, sh.n, sh.kk, a, sh.kk, 1, ws[i%count], sh.n, c, sh.n)
+					} else {
+						productTInto(c[:sh.m*sh.n], a[:sh.m*sh.kk], sh.m, sh.kk, ws[i%count], sh.n)
+					}
 				}
-			}
-			for i := range a {
-				a[i] = float32(i%7) * 0.1
-			}
-			b.ResetTimer()
-			for i := range b.N {
-				gemm(sh.m, sh.n, sh.kk, a, sh.kk, 1, ws[i%count], sh.n, c, sh.n)
-			}
-			b.ReportMetric(4*float64(sh.kk*sh.n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-		})
+				b.ReportMetric(4*float64(sh.kk*sh.n)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
 	}
 }

@@ -91,6 +91,41 @@ func TestGemm(t *testing.T) {
 	}
 }
 
+// TestProductTRows: productTInto (the host's x·wt, llm.SetLinearT's kernel) gives every row the
+// bits it gets as the product's only row, for every row count from 1 to 19 — the column-split
+// path of a decoding step's few rows, whose rows past a multiple of 8 are padded to 8 on the
+// AVX-512 kernel, and the row-split path above it — at output widths that are and are not
+// whole 32-wide blocks, a piece each core or fewer.
+func TestProductTRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, sh := range [][2]int{{70, 40}, {300, 192}, {64, 576}, {33, 1000}} {
+		in, out := sh[0], sh[1]
+		wt := randNormals(rng, in*out)
+		for rows := 1; rows < 20; rows++ {
+			x := randNormals(rng, rows*in)
+			y := make([]float32, rows*out)
+			for i := range y {
+				y[i] = float32(math.NaN()) // every element must be written
+			}
+			productTInto(y, x, rows, in, wt, out)
+			for r := range rows {
+				alone := make([]float32, out)
+				productTInto(alone, x[r*in:(r+1)*in], 1, in, wt, out)
+				if !slices.Equal(y[r*out:(r+1)*out], alone) {
+					t.Fatalf("in %d, out %d, %d rows: row %d differs from the row alone", in, out, rows, r)
+				}
+				var want float64 // one element against float64, so the rows alone are checked too
+				for k := range in {
+					want += float64(x[r*in+k]) * float64(wt[k*out+out-1])
+				}
+				if d := math.Abs(float64(alone[out-1]) - want); d > 1e-4*(1+math.Abs(want)) {
+					t.Fatalf("in %d, out %d: row %d's last output %v, want %v", in, out, r, alone[out-1], want)
+				}
+			}
+		}
+	}
+}
+
 // randNormals returns n standard normal float32s.
 func randNormals(rng *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
