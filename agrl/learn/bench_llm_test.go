@@ -351,6 +351,50 @@ func sortFloats(x []float64) {
 	}
 }
 
+// TestLLMDecodeWidths times batched decoding steps (llm.Model.NextBatch, the sampler's inner
+// loop) at every batch width a rollout passes through, when AGRL_BENCH_LLM names the shape
+// (skipped otherwise): for each width, that many sequences after a 64-token prompt each, then
+// 32 steps of one token each; it prints the milliseconds a step. A group's batch shrinks as its
+// episodes end, and an evaluation of a few tasks decodes a few rows: the way to see what a
+// change to the products of a few rows does (docs/performance.md, "Prefetching the weights,
+// and a decoding step's few rows").
+func TestLLMDecodeWidths(t *testing.T) {
+	_, cfg, dir := benchShape(t, "AGRL_BENCH_LLM")
+	p, err := LoadPretrained(agrl.Pretrained(dir).LoRA(16, 32), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := p.base
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids := func(n int) []int32 {
+		s := make([]int32, n)
+		for i := range s {
+			s[i] = int32(rng.IntN(cfg.VocabSize))
+		}
+		return s
+	}
+	const steps = 32
+	for _, width := range []int{1, 2, 3, 4, 6, 8, 12, 16} {
+		caches, feeds := make([]*llm.Cache, width), make([][]int32, width)
+		for i := range caches {
+			caches[i], feeds[i] = m.NewCache(), ids(64)
+		}
+		if _, err := m.NextBatch(caches, feeds); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for i := range steps {
+			for j := range feeds {
+				feeds[j] = ids(1)
+			}
+			if _, err := m.NextBatch(caches, feeds); err != nil {
+				t.Fatalf("width %d, step %d: %v", width, i, err)
+			}
+		}
+		fmt.Printf("width %d: %.1f ms a step\n", width, 1000*time.Since(start).Seconds()/steps)
+	}
+}
+
 // TestLLMSteps times the pretrained learner's optimizer steps one by one, when AGRL_BENCH_LLM
 // names the shape (skipped otherwise): AGRL_BENCH_STEPS steps (default 10) of TestLLMThroughput's
 // train step (LoRA rank 16 on every projection, or every weight with AGRL_BENCH_FULL=1; 4
