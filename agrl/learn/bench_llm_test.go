@@ -374,7 +374,7 @@ func TestLLMDecodeWidths(t *testing.T) {
 		return s
 	}
 	const steps = 32
-	for _, width := range []int{1, 2, 3, 4, 6, 8, 12, 16} {
+	for _, width := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} {
 		caches, feeds := make([]*llm.Cache, width), make([][]int32, width)
 		for i := range caches {
 			caches[i], feeds[i] = m.NewCache(), ids(64)

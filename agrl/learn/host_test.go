@@ -92,7 +92,7 @@ func TestGemm(t *testing.T) {
 }
 
 // TestProductTRows: productTInto (the host's x·wt, llm.SetLinearT's kernel) gives every row the
-// bits it gets as the product's only row, for every row count from 1 to 19 — the column-split
+// bits it gets as the product's only row, for every row count from 1 to 69 — the column-split
 // path of a decoding step's few rows, whose rows past a multiple of 8 are padded to 8 on the
 // AVX-512 kernel, and the row-split path above it — at output widths that are and are not
 // whole 32-wide blocks, a piece each core or fewer.
@@ -101,7 +101,7 @@ func TestProductTRows(t *testing.T) {
 	for _, sh := range [][2]int{{70, 40}, {300, 192}, {64, 576}, {33, 1000}} {
 		in, out := sh[0], sh[1]
 		wt := randNormals(rng, in*out)
-		for rows := 1; rows < 20; rows++ {
+		for rows := 1; rows < 70; rows++ {
 			x := randNormals(rng, rows*in)
 			y := make([]float32, rows*out)
 			for i := range y {

@@ -28,7 +28,7 @@ func TestNextBatchHostKernels(t *testing.T) {
 		}
 		return s
 	}
-	rowSplit := 8 * runtime.GOMAXPROCS(0)                // productT's threshold between its two paths
+	rowSplit := splitRows * runtime.GOMAXPROCS(0)        // productT's threshold between its two paths
 	for _, width := range []int{1, 3, 9, rowSplit + 3} { // decoding rows below and above it
 		var batch, alone []*llm.Cache
 		var feeds [][]int32

@@ -97,17 +97,20 @@ func productT(x []float32, rows, in int, wt []float32, out int) []float32 {
 
 // productTInto is productT into y (llm.SetLinearT's kernel), every element written.
 //
-// A few rows (decoding steps, one per sequence) split the outputs over the cores instead, in
-// pieces of whole 32-wide blocks of at least decodeChunk columns: a decoding step's product
-// streams its weights from memory, so a projection as narrow as SmolLM2-135M's 576 outputs
-// (which 512-wide pieces left to one core) still takes both cores' share of the memory's
-// bandwidth. Rows past the last multiple of 8, when more than 2, are padded to 8 with zero
-// rows: the 8-row kernel reads the weights once for them, where 4-row and single-row kernels
-// read them once for each 4 rows or each row (2 single rows cost what the padding does).
-// Every row is still one chain of multiply-adds, so no bit changes (TestProductTRows).
+// Many rows (a prompt, a scoring pass) are split over the cores, each computing its rows
+// against all of wt. Fewer than splitRows a core (decoding steps, one per sequence) split the
+// outputs instead, in pieces of whole 32-wide blocks of at least decodeChunk columns: a
+// decoding step's product streams its weights from memory, and so each core reads only its
+// share of them (a row split would read them all on every core), and a projection as narrow
+// as SmolLM2-135M's 576 outputs (which 512-wide pieces left to one core) still takes both
+// cores' share of the memory's bandwidth. Rows past the last multiple of 8, when more than 2,
+// are padded to 8 with zero rows: the 8-row kernel reads the weights once for them, where
+// 4-row and single-row kernels read them once for each 4 rows or each row (2 single rows cost
+// what the padding does). Every row is still one chain of multiply-adds, so no bit changes
+// (TestProductTRows).
 func productTInto(y, x []float32, rows, in int, wt []float32, out int) {
 	workers := runtime.GOMAXPROCS(0)
-	if rows >= 8*workers {
+	if rows >= splitRows*workers {
 		gemmRowsSet(workers, rows, out, in, x, in, 1, wt, out, y, out)
 		return
 	}
@@ -127,8 +130,9 @@ func productTInto(y, x []float32, rows, in int, wt []float32, out int) {
 	}
 }
 
-// decodeChunk is the fewest columns productTInto gives a core in a decoding step's product.
-const decodeChunk = 128
+// decodeChunk is the fewest columns productTInto gives a core in a decoding step's product,
+// and splitRows the rows a core from which it splits the rows over the cores instead.
+const decodeChunk, splitRows = 128, 32
 
 // hostAttend is llm.SetAttention's kernel: causal grouped-query attention as matrix products
 // on the host kernels, over the keys as a cache holds them, transposed, in one span or two (a
