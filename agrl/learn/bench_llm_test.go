@@ -56,13 +56,7 @@ func TestLLMThroughput(t *testing.T) {
 	shape, cfg, dir := benchShape(t, "AGRL_BENCH_LLM")
 	const prompt, decode, batch, seqLen = 256, 32, 4, 256
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := func(n int) []int32 {
-		s := make([]int32, n)
-		for i := range s {
-			s[i] = int32(rng.IntN(cfg.VocabSize))
-		}
-		return s
-	}
+	ids := func(n int) []int32 { return randomTokens(rng, cfg.VocabSize, n) }
 	spec := agrl.Pretrained(dir).LoRA(16, 32).MicroBatch(batch)
 	full := os.Getenv("AGRL_BENCH_FULL") == "1"
 	if full {
@@ -265,6 +259,15 @@ func benchShape(t *testing.T, env string) (string, hf.Config, string) {
 // tokenizer (312, rounded up), which the benchmarks' model directories carry.
 const benchTokenizerIDs = 320
 
+// randomTokens is n token ids drawn uniformly from [0, vocab).
+func randomTokens(rng *rand.Rand, vocab, n int) []int32 {
+	s := make([]int32, n)
+	for i := range s {
+		s[i] = int32(rng.IntN(vocab))
+	}
+	return s
+}
+
 // benchGRPOBatch is a GRPO train batch of random token sequences of the given lengths:
 // every target a fresh policy token, normal advantages, weights summing to 1.
 func benchGRPOBatch(rng *rand.Rand, vocab int, lengths []int) TrainBatch {
@@ -274,11 +277,7 @@ func benchGRPOBatch(rng *rand.Rand, vocab int, lengths []int) TrainBatch {
 		targets += n - 1
 	}
 	for _, seqLen := range lengths {
-		s := make([]int32, seqLen)
-		for i := range s {
-			s[i] = int32(rng.IntN(vocab))
-		}
-		b.Tokens = append(b.Tokens, s)
+		b.Tokens = append(b.Tokens, randomTokens(rng, vocab, seqLen))
 		for _, name := range grpoValues {
 			v := make([]float32, seqLen)
 			for j := 1; j < seqLen; j++ {
@@ -366,13 +365,7 @@ func TestLLMDecodeWidths(t *testing.T) {
 	}
 	m := p.base
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := func(n int) []int32 {
-		s := make([]int32, n)
-		for i := range s {
-			s[i] = int32(rng.IntN(cfg.VocabSize))
-		}
-		return s
-	}
+	ids := func(n int) []int32 { return randomTokens(rng, cfg.VocabSize, n) }
 	const steps = 32
 	for _, width := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} {
 		caches, feeds := make([]*llm.Cache, width), make([][]int32, width)

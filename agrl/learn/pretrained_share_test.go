@@ -17,13 +17,7 @@ import (
 // mask on from a third of each sequence).
 func sharedTestBatch(vocab int, prompts []int, rests [][]int, lone ...int) TrainBatch {
 	rng := rand.New(rand.NewPCG(3, 8))
-	toks := func(n int) []int32 {
-		s := make([]int32, n)
-		for i := range s {
-			s[i] = int32(rng.IntN(vocab))
-		}
-		return s
-	}
+	toks := func(n int) []int32 { return randomTokens(rng, vocab, n) }
 	b := TrainBatch{Values: map[string][][]float32{}}
 	add := func(seq []int32) {
 		n := len(seq)
