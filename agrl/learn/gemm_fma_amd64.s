@@ -9,7 +9,8 @@
 //
 // Registers: Y0–Y11 hold C's 6×16 block (two 8-lane halves per row), Y12–Y13 the row of B at k,
 // Y14–Y15 the broadcast A(i, k). Every element of C is one chain of VFMADD231PS over k in
-// increasing order, starting from C (load) or from 0.
+// increasing order, starting from C (load) or from 0. Each step prefetches B's row 32 steps
+// ahead (AX bytes; the two lines a 16-column row may straddle), as kernel8x32AVX512 does.
 TEXT ·kernel6x16FMA(SB), NOSPLIT, $0-65
 	MOVQ kk+0(FP), CX
 	MOVQ a+8(FP), SI
@@ -61,8 +62,12 @@ zero:
 start:
 	TESTQ CX, CX
 	JZ done
+	MOVQ R10, AX
+	SHLQ $5, AX              // AX: 32 rows of B ahead, bytes (the prefetch distance)
 
 loop:
+	PREFETCHT0 (DI)(AX*1)
+	PREFETCHT0 32(DI)(AX*1)
 	VMOVUPS (DI), Y12
 	VMOVUPS 32(DI), Y13
 	VBROADCASTSS (SI), Y14
