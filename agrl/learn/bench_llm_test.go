@@ -87,23 +87,7 @@ func TestLLMThroughput(t *testing.T) {
 	}
 	dec := float64(decode) / time.Since(start).Seconds()
 	const group = 8
-	caches, feeds := make([]*llm.Cache, group), make([][]int32, group)
-	for i := range caches {
-		caches[i], feeds[i] = m.NewCache(), ids(64)
-	}
-	if _, err := m.NextBatch(caches, feeds); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	for i := range decode {
-		for j := range feeds {
-			feeds[j] = ids(1)
-		}
-		if _, err := m.NextBatch(caches, feeds); err != nil {
-			t.Fatalf("batched decode step %d: %v", i, err)
-		}
-	}
-	dec8 := float64(group*decode) / time.Since(start).Seconds()
+	dec8 := float64(group*decode) / timeNextBatch(t, m, group, decode, ids)
 
 	l, err := p.newLearner("bench", grpoLoss(0.2, 0.2, 0, agrl.K3), grpoValues, agrl.NewAdamW().LR(1e-5), 1)
 	if err != nil {
@@ -363,29 +347,35 @@ func TestLLMDecodeWidths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := p.base
 	rng := rand.New(rand.NewPCG(1, 2))
 	ids := func(n int) []int32 { return randomTokens(rng, cfg.VocabSize, n) }
 	const steps = 32
 	for _, width := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} {
-		caches, feeds := make([]*llm.Cache, width), make([][]int32, width)
-		for i := range caches {
-			caches[i], feeds[i] = m.NewCache(), ids(64)
+		fmt.Printf("width %d: %.1f ms a step\n", width, 1000*timeNextBatch(t, p.base, width, steps, ids)/steps)
+	}
+}
+
+// timeNextBatch decodes width sequences together: a 64-token prompt each (untimed), then
+// steps batched steps of one token each (ids draws them); it returns the steps' seconds.
+func timeNextBatch(t *testing.T, m *llm.Model, width, steps int, ids func(int) []int32) float64 {
+	t.Helper()
+	caches, feeds := make([]*llm.Cache, width), make([][]int32, width)
+	for i := range caches {
+		caches[i], feeds[i] = m.NewCache(), ids(64)
+	}
+	if _, err := m.NextBatch(caches, feeds); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range steps {
+		for j := range feeds {
+			feeds[j] = ids(1)
 		}
 		if _, err := m.NextBatch(caches, feeds); err != nil {
-			t.Fatal(err)
+			t.Fatalf("%d sequences, batched decoding step %d: %v", width, i, err)
 		}
-		start := time.Now()
-		for i := range steps {
-			for j := range feeds {
-				feeds[j] = ids(1)
-			}
-			if _, err := m.NextBatch(caches, feeds); err != nil {
-				t.Fatalf("width %d, step %d: %v", width, i, err)
-			}
-		}
-		fmt.Printf("width %d: %.1f ms a step\n", width, 1000*time.Since(start).Seconds()/steps)
 	}
+	return time.Since(start).Seconds()
 }
 
 // TestLLMSteps times the pretrained learner's optimizer steps one by one, when AGRL_BENCH_LLM
