@@ -36,17 +36,21 @@ func loadC8(p *float32, load bool) archsimd.Float32x8 {
 func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	i := 0
 	if useAsm {
+		pf := 0
+		if m < streamRows {
+			pf = 32
+		}
 		m6, n16 := m-m%6, n&^15
 		if ai == 1 {
 			for j := 0; j < n16; j += 16 {
 				for i := 0; i < m6; i += 6 {
-					kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, load)
+					kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
 				}
 			}
 		} else {
 			for i := 0; i < m6; i += 6 {
 				for j := 0; j < n16; j += 16 {
-					kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, load)
+					kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
 				}
 			}
 		}
@@ -81,11 +85,21 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []f
 // simd/archsimd kernels.
 var useAsm = true
 
+// streamRows: gemmAVX2's products of fewer rows (a decoding step's, whose B is a weight matrix
+// read from memory once or a few times) have kernel6x16FMA prefetch B 32 rows ahead; larger
+// ones (training's, whose B comes from the caches) do not. On a Zen 3 EPYC (AVX2 only) the
+// prefetch made the Tiny warm-start step 1.10–1.18× slower (median, binaries alternated),
+// and its absence made decoding steps of 12–24 rows at the SmolLM2-135M shape 1.2–1.3×
+// slower (docs/performance.md, "The AVX2 kernel's prefetch, on an AVX2 machine").
+const streamRows = 64
+
 // kernel6x16FMA adds (load) or stores A(i..i+6, 0..kk)·B(0..kk, j..j+16) into C(i..i+6,
 // j..j+16), with a, b and c pointing at A(i, 0), B[0, j] and C[i, j] and the steps of gemmK
 // (ai, ak, ldb, ldc, in elements); the caller guarantees the 6 rows, 16 columns and kk steps
-// are in bounds. Every element is one chain of fused multiply-adds over k in increasing order,
-// as in the kernels below, so the bits are theirs.
+// are in bounds. With pf > 0 it prefetches B's row pf steps ahead at each step (the prefetch
+// may reach past B's end: a prefetch never faults); with pf = 0 it does not. Every element is
+// one chain of fused multiply-adds over k in increasing order, as in the kernels below, so the
+// bits are theirs.
 //
 // It is written in assembly (gemm_fma_amd64.s) because the Go compiler's code for the same
 // loop in simd/archsimd was slow: archsimd's MulAdd (x·y + z) compiles to VFMADD213PS, which
@@ -98,7 +112,7 @@ var useAsm = true
 // form when the addend is the value that dies, and to fold VBROADCASTSS's load.
 //
 //go:noescape
-func kernel6x16FMA(kk int, a *float32, ai, ak int, b *float32, ldb int, c *float32, ldc int, load bool)
+func kernel6x16FMA(kk int, a *float32, ai, ak int, b *float32, ldb int, c *float32, ldc int, pf int, load bool)
 
 func kernel4x16AVX2(kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	c00, c01 := loadC8(at(c, 0), load), loadC8(at(c, 8), load)

@@ -5,13 +5,39 @@
 // kernel6x16FMA is the AVX2 (+FMA) product kernel for 6 rows × 16 columns of C; see
 // gemm_avx2.go for its contract and for why it is written in assembly.
 //
-// func kernel6x16FMA(kk int, a *float32, ai, ak int, b *float32, ldb int, c *float32, ldc int, load bool)
+// func kernel6x16FMA(kk int, a *float32, ai, ak int, b *float32, ldb int, c *float32, ldc int, pf int, load bool)
 //
 // Registers: Y0–Y11 hold C's 6×16 block (two 8-lane halves per row), Y12–Y13 the row of B at k,
 // Y14–Y15 the broadcast A(i, k). Every element of C is one chain of VFMADD231PS over k in
-// increasing order, starting from C (load) or from 0. Each step prefetches B's row 32 steps
-// ahead (AX bytes; the two lines a 16-column row may straddle), as kernel8x32AVX512 does.
-TEXT ·kernel6x16FMA(SB), NOSPLIT, $0-65
+// increasing order, starting from C (load) or from 0. With pf > 0 each step prefetches B's row
+// pf steps ahead (AX bytes; the two lines a 16-column row may straddle), as kernel8x32AVX512
+// does; with pf = 0 the loop has no prefetch (the same arithmetic, STEP below).
+#define STEP \
+	VMOVUPS (DI), Y12; \
+	VMOVUPS 32(DI), Y13; \
+	VBROADCASTSS (SI), Y14; \
+	VFMADD231PS Y12, Y14, Y0; \
+	VFMADD231PS Y13, Y14, Y1; \
+	VBROADCASTSS (SI)(R8*1), Y15; \
+	VFMADD231PS Y12, Y15, Y2; \
+	VFMADD231PS Y13, Y15, Y3; \
+	VBROADCASTSS (SI)(R8*2), Y14; \
+	VFMADD231PS Y12, Y14, Y4; \
+	VFMADD231PS Y13, Y14, Y5; \
+	VBROADCASTSS (R13), Y15; \
+	VFMADD231PS Y12, Y15, Y6; \
+	VFMADD231PS Y13, Y15, Y7; \
+	VBROADCASTSS (R13)(R8*1), Y14; \
+	VFMADD231PS Y12, Y14, Y8; \
+	VFMADD231PS Y13, Y14, Y9; \
+	VBROADCASTSS (R13)(R8*2), Y15; \
+	VFMADD231PS Y12, Y15, Y10; \
+	VFMADD231PS Y13, Y15, Y11; \
+	ADDQ R9, SI; \
+	ADDQ R9, R13; \
+	ADDQ R10, DI
+
+TEXT ·kernel6x16FMA(SB), NOSPLIT, $0-73
 	MOVQ kk+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ ai+16(FP), R8
@@ -28,7 +54,7 @@ TEXT ·kernel6x16FMA(SB), NOSPLIT, $0-65
 	ADDQ R8, R13             // R13: A's row 3
 	LEAQ (DX)(R11*2), R12
 	ADDQ R11, R12            // R12: C's row 3
-	MOVBLZX load+64(FP), AX
+	MOVBLZX load+72(FP), AX
 	TESTQ AX, AX
 	JZ zero
 	VMOVUPS (DX), Y0
@@ -62,37 +88,23 @@ zero:
 start:
 	TESTQ CX, CX
 	JZ done
-	MOVQ R10, AX
-	SHLQ $5, AX              // AX: 32 rows of B ahead, bytes (the prefetch distance)
+	MOVQ pf+64(FP), AX
+	TESTQ AX, AX
+	JZ plain
+	IMULQ R10, AX            // AX: pf rows of B ahead, bytes (the prefetch distance)
 
-loop:
+prefetch:
 	PREFETCHT0 (DI)(AX*1)
 	PREFETCHT0 32(DI)(AX*1)
-	VMOVUPS (DI), Y12
-	VMOVUPS 32(DI), Y13
-	VBROADCASTSS (SI), Y14
-	VFMADD231PS Y12, Y14, Y0
-	VFMADD231PS Y13, Y14, Y1
-	VBROADCASTSS (SI)(R8*1), Y15
-	VFMADD231PS Y12, Y15, Y2
-	VFMADD231PS Y13, Y15, Y3
-	VBROADCASTSS (SI)(R8*2), Y14
-	VFMADD231PS Y12, Y14, Y4
-	VFMADD231PS Y13, Y14, Y5
-	VBROADCASTSS (R13), Y15
-	VFMADD231PS Y12, Y15, Y6
-	VFMADD231PS Y13, Y15, Y7
-	VBROADCASTSS (R13)(R8*1), Y14
-	VFMADD231PS Y12, Y14, Y8
-	VFMADD231PS Y13, Y14, Y9
-	VBROADCASTSS (R13)(R8*2), Y15
-	VFMADD231PS Y12, Y15, Y10
-	VFMADD231PS Y13, Y15, Y11
-	ADDQ R9, SI
-	ADDQ R9, R13
-	ADDQ R10, DI
+	STEP
 	DECQ CX
-	JNZ loop
+	JNZ prefetch
+	JMP done
+
+plain:
+	STEP
+	DECQ CX
+	JNZ plain
 
 done:
 	VMOVUPS Y0, (DX)

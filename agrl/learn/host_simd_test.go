@@ -233,7 +233,8 @@ func maxCases(rng *rand.Rand, n int) [][]float32 {
 // TestAsmKernelMatchesAVX2 runs the AVX2 products with kernel6x16FMA (assembly) and without it
 // (the simd/archsimd kernels alone) on the same inputs and requires the same bits: every row
 // and column tail around the 6×16 and 4×16 blocks, both layouts of A, adding and storing,
-// contractions past kBlock, and two whole training steps. On machines with AVX-512 too,
+// contractions past kBlock, products with and without the kernel's prefetch (streamRows), and
+// two whole training steps. On machines with AVX-512 too,
 // TestAVX2MatchesAVX512 ties both to the AVX-512 kernels.
 func TestAsmKernelMatchesAVX2(t *testing.T) {
 	if !hasAVX2 {
@@ -242,7 +243,7 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 	saved := useAVX2
 	defer func() { useAVX2 = saved }()
 	useAVX2 = true
-	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 16)), [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}})
+	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 16)), [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}, {streamRows, 33, 9}, {streamRows + 5, 16, 40}})
 }
 
 // TestAsmKernelMatchesAVX512 does the same for the AVX-512 products with kernel8x32AVX512:
