@@ -88,40 +88,70 @@ func dotRowsAVX512(x []float32, rows, in int, w []float32, n int, y []float32, l
 	}
 }
 
-// finish8x2 ends a logit's sum from its 16 partial sums as two 8-lane halves.
-func finish8x2(lo, hi archsimd.Float32x8, x, w []float32, k16 int) float32 {
+// dotCols is how many rows of w dotRowsAVX2 takes at a time.
+const dotCols = 8
+
+// reduce8x2 folds a logit's 16 partial sums, held as two 8-lane halves, to headkernel.go's
+// u[l] = t[l] + t[l+4] (t[l] = s[l] + s[l+8]), as the AVX-512 kernels store them.
+func reduce8x2(lo, hi archsimd.Float32x8, u *[4]float32) {
 	t := lo.Add(hi)
-	var u [4]float32
-	t.GetLo().Add(t.GetHi()).Store(&u)
-	return dotFinish(&u, x, w, k16)
+	t.GetLo().Add(t.GetHi()).Store(u)
 }
 
+// dotRowsAVX2 takes w dotCols rows at a time (18 KB at a hidden size of 576, so they stay in
+// the L1 cache while the rows of x pass over them, four at a time, then one by one) and
+// finishes the logits (dotFinish, scalar) only after the vector loops of a block, behind one
+// clearUpper8x2: a scalar addition run while the vector registers' upper halves are dirty
+// costs 130–210 ns on Zen 3 ("Dirty upper halves" in docs/performance.md), and finishing
+// each logit straight after its vector loop paid it once a logit, half the LM head's time
+// (docs/performance.md, "The LM head on AVX2"). The operations, and so the bits, are those of
+// the AVX-512 kernels.
 func dotRowsAVX2(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
 	k16 := in &^ 15
-	for j := range n {
-		wj := w[j*in : (j+1)*in]
+	row := func(s []float32, i int) []float32 { return s[i*in : (i+1)*in] }
+	var u [4 * dotCols][4]float32
+	for j0 := 0; j0 < n; j0 += dotCols {
+		cols := min(dotCols, n-j0)
 		r := 0
 		for ; r+4 <= rows; r += 4 {
-			x0, x1, x2, x3 := x[r*in:(r+1)*in], x[(r+1)*in:(r+2)*in], x[(r+2)*in:(r+3)*in], x[(r+3)*in:(r+4)*in]
-			var l0, h0, l1, h1, l2, h2, l3, h3 archsimd.Float32x8
-			for k := 0; k < k16; k += 16 {
-				bl, bh := load8(at(wj, k)), load8(at(wj, k+8))
-				l0, h0 = load8(at(x0, k)).MulAdd(bl, l0), load8(at(x0, k+8)).MulAdd(bh, h0)
-				l1, h1 = load8(at(x1, k)).MulAdd(bl, l1), load8(at(x1, k+8)).MulAdd(bh, h1)
-				l2, h2 = load8(at(x2, k)).MulAdd(bl, l2), load8(at(x2, k+8)).MulAdd(bh, h2)
-				l3, h3 = load8(at(x3, k)).MulAdd(bl, l3), load8(at(x3, k+8)).MulAdd(bh, h3)
+			x0, x1, x2, x3 := row(x, r), row(x, r+1), row(x, r+2), row(x, r+3)
+			for c := range cols {
+				wj := row(w, j0+c)
+				var l0, h0, l1, h1, l2, h2, l3, h3 archsimd.Float32x8
+				for k := 0; k < k16; k += 16 {
+					bl, bh := load8(at(wj, k)), load8(at(wj, k+8))
+					l0, h0 = load8(at(x0, k)).MulAdd(bl, l0), load8(at(x0, k+8)).MulAdd(bh, h0)
+					l1, h1 = load8(at(x1, k)).MulAdd(bl, l1), load8(at(x1, k+8)).MulAdd(bh, h1)
+					l2, h2 = load8(at(x2, k)).MulAdd(bl, l2), load8(at(x2, k+8)).MulAdd(bh, h2)
+					l3, h3 = load8(at(x3, k)).MulAdd(bl, l3), load8(at(x3, k+8)).MulAdd(bh, h3)
+				}
+				reduce8x2(l0, h0, &u[4*c])
+				reduce8x2(l1, h1, &u[4*c+1])
+				reduce8x2(l2, h2, &u[4*c+2])
+				reduce8x2(l3, h3, &u[4*c+3])
 			}
-			y[r*ldy+j], y[(r+1)*ldy+j] = finish8x2(l0, h0, x0, wj, k16), finish8x2(l1, h1, x1, wj, k16)
-			y[(r+2)*ldy+j], y[(r+3)*ldy+j] = finish8x2(l2, h2, x2, wj, k16), finish8x2(l3, h3, x3, wj, k16)
+			clearUpper8x2()
+			for c := range cols {
+				wj := row(w, j0+c)
+				for i := range 4 {
+					y[(r+i)*ldy+j0+c] = dotFinish(&u[4*c+i], row(x, r+i), wj, k16)
+				}
+			}
 		}
 		for ; r < rows; r++ {
-			xr := x[r*in : (r+1)*in]
-			var lo, hi archsimd.Float32x8
-			for k := 0; k < k16; k += 16 {
-				lo, hi = load8(at(xr, k)).MulAdd(load8(at(wj, k)), lo), load8(at(xr, k+8)).MulAdd(load8(at(wj, k+8)), hi)
+			xr := row(x, r)
+			for c := range cols {
+				wj := row(w, j0+c)
+				var lo, hi archsimd.Float32x8
+				for k := 0; k < k16; k += 16 {
+					lo, hi = load8(at(xr, k)).MulAdd(load8(at(wj, k)), lo), load8(at(xr, k+8)).MulAdd(load8(at(wj, k+8)), hi)
+				}
+				reduce8x2(lo, hi, &u[c])
 			}
-			y[r*ldy+j] = finish8x2(lo, hi, xr, wj, k16)
+			clearUpper8x2()
+			for c := range cols {
+				y[r*ldy+j0+c] = dotFinish(&u[c], xr, row(w, j0+c), k16)
+			}
 		}
 	}
-	clearUpper8x2()
 }
