@@ -78,13 +78,7 @@ func TestGraphDecoderMatchesHost(t *testing.T) {
 	d := newGraphDecoder(p, p.Graph(), "test")
 	vocab := p.Config().VocabSize
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := func(n int) []int32 {
-		out := make([]int32, n)
-		for i := range out {
-			out[i] = int32(rng.IntN(vocab))
-		}
-		return out
-	}
+	ids := func(n int) []int32 { return randomTokens(rng, vocab, n) }
 	worst := 0.0
 	check := func(got [][]float32, caches []*llm.Cache, feed [][]int32) {
 		t.Helper()
