@@ -4,6 +4,7 @@ package learn
 
 import (
 	"simd/archsimd"
+	"sync"
 	"unsafe"
 )
 
@@ -34,33 +35,11 @@ func loadC8(p *float32, load bool) archsimd.Float32x8 {
 // that a panel of B stays in the L1 cache while every row block passes over it; on the
 // 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on one Zen 3 core.
 func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
-	i := 0
 	if useAsm {
-		pf := 0
-		if m < streamRows {
-			pf = 32
-		}
-		m6, n16 := m-m%6, n&^15
-		if ai == 1 {
-			for j := 0; j < n16; j += 16 {
-				for i := 0; i < m6; i += 6 {
-					kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
-				}
-			}
-		} else {
-			for i := 0; i < m6; i += 6 {
-				for j := 0; j < n16; j += 16 {
-					kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
-				}
-			}
-		}
-		for r := range m6 {
-			for jj := n16; jj < n; jj += 8 {
-				kernel1x8AVX2(kk, a[r*ai:], ak, b[jj:], ldb, c[r*ldc+jj:], min(8, n-jj), load)
-			}
-		}
-		i = m6
+		gemmFMA(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
+		return
 	}
+	i := 0
 	for ; i+4 <= m; i += 4 {
 		j := 0
 		for ; j+16 <= n; j += 16 {
@@ -77,8 +56,121 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []f
 			kernel1x8AVX2(kk, a[i*ai:], ak, b[j:], ldb, c[i*ldc+j:], min(8, n-j), load)
 		}
 	}
-	clearUpper8x2() // once per product, for the scalar code after it (kernel6x16FMA clears its own)
+	clearUpper8x2() // once per product, for the scalar code after it
 }
+
+// gemmFMA is gemmAVX2 with the assembly kernel: every block of C, edges included, is a
+// 6 × 16 block of kernel6x16FMA. An edge block (the rows past the last multiple of 6, the
+// columns past the last multiple of 16) runs on copies padded with zeros: its rows of A in
+// edgeA, its columns of B in edgeB (packed once per product), its part of C in a 6 × 16
+// scratch block, and only the real elements are copied back. Each real element is the same
+// chain of multiply-adds over the same values as in a full block (the padding only feeds
+// elements that are thrown away), so the bits do not depend on where a block falls. Before,
+// the edges ran one row at a time in kernel1x8AVX2, one chain of multiply-adds per 8
+// columns, bound by the FMA's latency: 4–5 GFLOP/s on a Zen 3 core against 40–80 for full
+// blocks, and 5% of a warm-start step's CPU time (attention's products, whose width is the
+// sequence's length, and the weight gradients of 128 or 512 rows, 2 past a multiple of 6).
+//
+// Where A is transposed (ai = 1: the weight gradients, whose B is long), the 16-column panels
+// are the outer loop, so that a panel of B stays in the L1 cache while every row block passes
+// over it; on the 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on
+// one Zen 3 core.
+func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	pf := 0
+	if m < streamRows {
+		pf = 32
+	}
+	m6, n16 := m-m%6, n&^15
+	var e *fmaEdges
+	var lo, hi, all archsimd.Mask32x8 // the real columns of the last 16, in two halves of 8
+	if m6 < m || n16 < n {
+		e = fmaEdgePool.Get().(*fmaEdges)
+		defer fmaEdgePool.Put(e)
+		w := n - n16
+		if n16 == n {
+			w = 16
+		}
+		lo = archsimd.LoadInt32x8Slice(firstLanes[8-min(w, 8) : 16-min(w, 8)]).ToMask()
+		hi = archsimd.LoadInt32x8Slice(firstLanes[8-max(w-8, 0) : 16-max(w-8, 0)]).ToMask()
+		all = archsimd.LoadInt32x8Slice(firstLanes[:8]).ToMask()
+		if n16 < n { // B's last columns, zero-padded to 16: [k][16]
+			pb, pe := unsafe.Pointer(at(b, n16)), unsafe.Pointer(&e.b[0])
+			for range kk {
+				archsimd.LoadMaskedFloat32x8((*[8]float32)(pb), lo).Store((*[8]float32)(pe))
+				archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(pb, 32)), hi).Store((*[8]float32)(unsafe.Add(pe, 32)))
+				pb, pe = unsafe.Add(pb, 4*ldb), unsafe.Add(pe, 64)
+			}
+		}
+		if m6 < m { // A's last rows, zero-padded to 6: [i][k]
+			for r := range 6 {
+				row := e.a[r*kk : r*kk+kk]
+				if m6+r >= m {
+					clear(row)
+					continue
+				}
+				for k := range row {
+					row[k] = a[(m6+r)*ai+k*ak]
+				}
+			}
+		}
+	}
+	// block runs the 6 × 16 block at row i, column j of C.
+	block := func(i, j int) {
+		if i < m6 && j < n16 {
+			kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
+			return
+		}
+		ap, ai1, ak1 := at(a, i*ai), ai, ak
+		if i == m6 {
+			ap, ai1, ak1 = &e.a[0], kk, 1
+		}
+		bp, ldb1 := at(b, j), ldb
+		m0, m1 := all, all
+		if j == n16 {
+			bp, ldb1, m0, m1 = &e.b[0], 16, lo, hi
+		}
+		rows := min(6, m-i)
+		if load {
+			for r := range rows {
+				pc := unsafe.Pointer(at(c, (i+r)*ldc+j))
+				archsimd.LoadMaskedFloat32x8((*[8]float32)(pc), m0).Store((*[8]float32)(unsafe.Pointer(&e.c[r*16])))
+				archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(pc, 32)), m1).Store((*[8]float32)(unsafe.Pointer(&e.c[r*16+8])))
+			}
+		}
+		kernel6x16FMA(kk, ap, ai1, ak1, bp, ldb1, &e.c[0], 16, pf, load)
+		for r := range rows {
+			pc := unsafe.Pointer(at(c, (i+r)*ldc+j))
+			load8(&e.c[r*16]).StoreMasked((*[8]float32)(pc), m0)
+			load8(&e.c[r*16+8]).StoreMasked((*[8]float32)(unsafe.Add(pc, 32)), m1)
+		}
+		clearUpper8x2()
+	}
+	if ai == 1 {
+		for j := 0; j < n; j += 16 {
+			for i := 0; i < m; i += 6 {
+				block(i, j)
+			}
+		}
+	} else {
+		for i := 0; i < m; i += 6 {
+			for j := 0; j < n; j += 16 {
+				block(i, j)
+			}
+		}
+	}
+}
+
+// fmaEdges is gemmFMA's scratch for the edge blocks: A's last rows, B's last columns (each
+// zero-padded, for contractions of up to kBlock), a 6 × 16 block of C. From a pool: cleared on
+// a goroutine's stack at every product, its 22 KB cost small products (attention's) a quarter
+// of their time.
+type fmaEdges struct {
+	a [6 * kBlock]float32
+	b [16 * kBlock]float32
+	c [6 * 16]float32
+}
+
+var fmaEdgePool = sync.Pool{New: func() any { return new(fmaEdges) }}
 
 // useAsm selects the assembly kernels: kernel6x16FMA for gemmAVX2's 6-row blocks and
 // kernel8x32AVX512 for gemmK's 8-row blocks; tests turn it off to compare them with the

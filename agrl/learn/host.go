@@ -319,8 +319,24 @@ func (c arch) mlpResidual(nw, n int, lw *hostLayer, x, h, u []float32, lnc lnCac
 }
 
 // causalBlock is the number of query (or key) rows per product in the attention: each block
-// is computed only up to (or from) the diagonal.
-const causalBlock = 16
+// is computed only up to (or from) the diagonal. It is a whole number of the product kernel's
+// row blocks: 16 (2 × 8) for the AVX-512 kernel, 18 (3 × 6) for the AVX2 one, where 16 left
+// every block 4 rows in an edge block (BenchmarkWarmStartStep on a Zen 3 core: the
+// attention's products 12% of the time of the others with 16, 7.4% with 18). The block
+// never changes a bit: what a larger block adds to a product are exact zeros (P and dS are
+// cleared above the diagonal) at the start or the end of a chain of multiply-adds that starts
+// at +0 (TestCausalBlockKeepsBits). forceCausalBlock, when set, replaces it (tests).
+func causalBlock() int {
+	switch {
+	case forceCausalBlock > 0:
+		return forceCausalBlock
+	case gemmRowBlock() == 6:
+		return 18
+	}
+	return 16
+}
+
+var forceCausalBlock int
 
 // seqOrder lists the sequences longest first, the order the workers take them in for the
 // attention (its cost grows as length², so the long ones go first and the short ones fill in
@@ -374,6 +390,7 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 			kTs[wk] = raw(hd * c.Context)
 		}
 		c.attentionInputs(nw, n, lw, x, a.h1, a.qkv, a.ln1, pos)
+		cb := causalBlock()
 		eachChunk(nw, len(order), func(wk, i int) {
 			s := order[i]
 			L, o0 := len(seqs[s])-1, ps.off[s]
@@ -386,16 +403,16 @@ func (c arch) hostForward(ar *arena, w *hostWeights, seqs [][]int32, invT float3
 				}
 				pr := a.probs[s*nh+h]
 				q := a.qkv[o0*3*d+h*hd:]
-				for i0 := 0; i0 < L; i0 += causalBlock { // the scores at or below the diagonal
-					gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, q[i0*3*d:], 3*d, 1, kT, L, pr[i0*L:], L)
+				for i0 := 0; i0 < L; i0 += cb { // the scores at or below the diagonal
+					gemmSet(min(cb, L-i0), min(L, i0+cb), hd, q[i0*3*d:], 3*d, 1, kT, L, pr[i0*L:], L)
 				}
 				for i := range L {
 					row := pr[i*L : (i+1)*L]
 					scaleBy(row[:i+1], 1/expSum(row[:i+1], maxOf(row[:i+1])))
 					clear(row[i+1:])
 				}
-				for i0 := 0; i0 < L; i0 += causalBlock { // o = P·v over the keys a query sees
-					gemmSet(min(causalBlock, L-i0), hd, min(L, i0+causalBlock), pr[i0*L:], L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[(o0+i0)*d+h*hd:], d)
+				for i0 := 0; i0 < L; i0 += cb { // o = P·v over the keys a query sees
+					gemmSet(min(cb, L-i0), hd, min(L, i0+cb), pr[i0*L:], L, 1, a.qkv[o0*3*d+2*d+h*hd:], 3*d, a.o[(o0+i0)*d+h*hd:], d)
 				}
 			}
 		})
@@ -489,6 +506,7 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 		for wk := range nw {
 			vTs[wk], dps[wk] = raw(hd*c.Context), raw(c.Context*c.Context)
 		}
+		cb := causalBlock()
 		eachChunk(nw, len(order), func(wk, i int) {
 			s := order[i]
 			L, o0 := len(ps.seqs[s])-1, ps.off[s]
@@ -500,8 +518,8 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 						vT[j*L+t] = vv
 					}
 				}
-				for i0 := 0; i0 < L; i0 += causalBlock { // dP = dO·vᵀ at or below the diagonal
-					gemmSet(min(causalBlock, L-i0), min(L, i0+causalBlock), hd, do[(o0+i0)*d+h*hd:], d, 1, vT, L, dp[i0*L:], L)
+				for i0 := 0; i0 < L; i0 += cb { // dP = dO·vᵀ at or below the diagonal
+					gemmSet(min(cb, L-i0), min(L, i0+cb), hd, do[(o0+i0)*d+h*hd:], d, 1, vT, L, dp[i0*L:], L)
 				}
 				for i := range L { // dS = P⊙(dP − Σ P⊙dP)
 					prow, drow := pr[i*L:i*L+i+1], dp[i*L:i*L+i+1]
@@ -517,9 +535,9 @@ func (ps *hostPass) backward(dlogp, dent []float32) [][]float32 {
 				// dS and P are zero above the diagonal: query block i0 contracts over keys
 				// < i0+block (dq = dS·k), key block j0 over queries >= j0 (dk = dSᵀ·q,
 				// dv = Pᵀ·dO); the terms left out are exact zeros.
-				for b0 := 0; b0 < L; b0 += causalBlock {
-					rb := min(causalBlock, L-b0)
-					gemmSet(rb, hd, min(L, b0+causalBlock), dp[b0*L:], L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+h*hd:], 3*d)
+				for b0 := 0; b0 < L; b0 += cb {
+					rb := min(cb, L-b0)
+					gemmSet(rb, hd, min(L, b0+cb), dp[b0*L:], L, 1, a.qkv[o0*3*d+d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+h*hd:], 3*d)
 					gemmSet(rb, hd, L-b0, dp[b0*L+b0:], 1, L, a.qkv[(o0+b0)*3*d+h*hd:], 3*d, dqkv[(o0+b0)*3*d+d+h*hd:], 3*d)
 					gemmSet(rb, hd, L-b0, pr[b0*L+b0:], 1, L, do[(o0+b0)*d+h*hd:], d, dqkv[(o0+b0)*3*d+2*d+h*hd:], 3*d)
 				}

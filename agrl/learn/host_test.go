@@ -226,6 +226,64 @@ func TestHostMatchesGraph(t *testing.T) {
 	}
 }
 
+// TestCausalBlockKeepsBits runs the host trainer's forward and backward pass over one batch
+// with the attention's blocks (causalBlock) of 1 to 128 rows and requires the same loss and
+// the same gradients, bit for bit: a block only adds exact zeros to the chains of the
+// products, so the AVX2 path's 18 and the AVX-512 path's 16 train alike. The sequences are
+// up to 128 long, several blocks of every size tried but the last.
+func TestCausalBlockKeepsBits(t *testing.T) {
+	defer func() { forceCausalBlock = 0 }()
+	rng := rand.New(rand.NewPCG(5, 7))
+	p := MustNewPolicy(agrl.TinyLM().Context(128).Seed(9))
+	v := p.arch.Vocab()
+	b := TrainBatch{Values: map[string][][]float32{"mask": nil, "adv": nil}}
+	for i := range 9 {
+		n := 2 + rng.IntN(100)
+		if i == 0 {
+			n = 128
+		}
+		seq := []int32{agrl.BOS}
+		mask, adv := []float32{0}, []float32{0}
+		for range n - 1 {
+			seq = append(seq, int32(4+rng.IntN(v-4)))
+			mask = append(mask, float32(rng.IntN(2)))
+			adv = append(adv, float32(rng.NormFloat64()))
+		}
+		b.Tokens = append(b.Tokens, seq)
+		b.Values["mask"] = append(b.Values["mask"], mask)
+		b.Values["adv"] = append(b.Values["adv"], adv)
+	}
+	tr, err := p.NewTrainer("cmp", entLoss, []string{"mask", "adv"}, agrl.NewAdamW(), 0.7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads := func(block int) (float64, [][]float32) {
+		forceCausalBlock = block
+		st, g, err := tr.hostGrads(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Loss, g
+	}
+	forceCausalBlock = 0
+	t.Logf("the default block here: %d rows", causalBlock())
+	wantLoss, want := grads(16)
+	for _, block := range []int{1, 5, 6, 8, 18, 24, 64, 128} {
+		loss, got := grads(block)
+		if math.Float64bits(loss) != math.Float64bits(wantLoss) {
+			t.Errorf("block %d: loss %v, with 16 %v", block, loss, wantLoss)
+		}
+		for i, spec := range p.arch.weightSpecs() {
+			for j := range want[i] {
+				if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+					t.Errorf("block %d: gradient of %s [%d]: %v, with 16 %v", block, spec.name, j, got[i][j], want[i][j])
+					break
+				}
+			}
+		}
+	}
+}
+
 // TestExp32 checks the host softmaxes' exponential against math.Exp over its whole range.
 func TestExp32(t *testing.T) {
 	worst := 0.0
