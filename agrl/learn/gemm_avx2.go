@@ -114,15 +114,33 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 			}
 		}
 	}
+	// A transposed (the weight gradients): its row blocks packed as [k][6], so that a block's
+	// step reads 24 consecutive bytes, not one scattered line per step (A(i, k) lies ak
+	// floats past A(i, k−1)). Packed once, they serve every panel of B.
+	var packed []float32
+	if ai == 1 && m6 >= 12 && n16 >= 64 {
+		p := fmaPackPool.Get().(*[]float32)
+		defer fmaPackPool.Put(p)
+		if len(*p) < m6*kk+2 {
+			*p = make([]float32, m6*kk+2)
+		}
+		packed = *p
+		for i := 0; i < m6; i += 6 {
+			packA6(kk, a[i:], ak, packed[i*kk:])
+		}
+	}
 	// block runs the 6 × 16 block at row i, column j of C.
 	block := func(i, j int) {
-		if i < m6 && j < n16 {
-			kernel6x16FMA(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
-			return
-		}
 		ap, ai1, ak1 := at(a, i*ai), ai, ak
-		if i == m6 {
+		switch {
+		case i == m6:
 			ap, ai1, ak1 = &e.a[0], kk, 1
+		case packed != nil:
+			ap, ai1, ak1 = &packed[i*kk], 1, 6
+		}
+		if i < m6 && j < n16 {
+			kernel6x16FMA(kk, ap, ai1, ak1, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
+			return
 		}
 		bp, ldb1 := at(b, j), ldb
 		m0, m1 := all, all
@@ -171,6 +189,25 @@ type fmaEdges struct {
 }
 
 var fmaEdgePool = sync.Pool{New: func() any { return new(fmaEdges) }}
+
+// fmaPackPool holds gemmFMA's packed row blocks of a transposed A.
+var fmaPackPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// packA6 copies A(i..i+6, 0..kk) of a transposed A (a from A(i, 0), ak floats between
+// consecutive k) into dst as [k][6], 8 floats at a time: each store's last 2 floats are
+// overwritten by the next step's (or the next block's) and dst holds 2 floats past 6·kk. The
+// last step copies its 6 floats alone, so the reads stay inside a.
+func packA6(kk int, a []float32, ak int, dst []float32) {
+	_ = a[(kk-1)*ak+5]
+	_ = dst[6*kk+1]
+	pa, pd := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(dst))
+	for range kk - 1 {
+		archsimd.LoadFloat32x8((*[8]float32)(pa)).Store((*[8]float32)(pd))
+		pa, pd = unsafe.Add(pa, 4*ak), unsafe.Add(pd, 24)
+	}
+	clearUpper8x2()
+	*(*[6]float32)(pd) = *(*[6]float32)(pa)
+}
 
 // useAsm selects the assembly kernels: kernel6x16FMA for gemmAVX2's 6-row blocks and
 // kernel8x32AVX512 for gemmK's 8-row blocks; tests turn it off to compare them with the

@@ -243,7 +243,8 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 	saved := useAVX2
 	defer func() { useAVX2 = saved }()
 	useAVX2 = true
-	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 16)), [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}, {streamRows, 33, 9}, {streamRows + 5, 16, 40}})
+	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 16)), [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}, {streamRows, 33, 9}, {streamRows + 5, 16, 40},
+		{25, 70, 40}, {12, 64, 1}, {30, 80, 300}, {streamRows + 13, 96, 7}}) // the last four: transposed A packed (12+ rows, 64+ columns)
 }
 
 // TestAsmKernelMatchesAVX512 does the same for the AVX-512 products with kernel8x32AVX512:
