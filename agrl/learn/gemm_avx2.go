@@ -28,12 +28,9 @@ func loadC8(p *float32, load bool) archsimd.Float32x8 {
 	return archsimd.Float32x8{}
 }
 
-// gemmAVX2 is gemmK's body on AVX2: blocks of 6 rows × 16 columns (kernel6x16FMA, 12
-// accumulators), then blocks of 4 rows × 16 columns for the rows left (8 accumulators), then
-// single rows; columns past the last multiple of 16 go 8 at a time. Where A is transposed (ai
-// = 1: the weight gradients, whose B is long), the 16-column panels are the outer loop, so
-// that a panel of B stays in the L1 cache while every row block passes over it; on the
-// 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on one Zen 3 core.
+// gemmAVX2 is gemmK's body on AVX2: with the assembly kernel, gemmFMA; without it (tests
+// compare the two), blocks of 4 rows × 16 columns (kernel4x16AVX2, 8 accumulators), then
+// single rows, the columns past the last multiple of 16 going 8 at a time (kernel1x8AVX2).
 func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	if useAsm {
 		gemmFMA(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
@@ -59,10 +56,10 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []f
 	clearUpper8x2() // once per product, for the scalar code after it
 }
 
-// gemmFMA is gemmAVX2 with the assembly kernel: every block of C, edges included, is a
-// 6 × 16 block of kernel6x16FMA. An edge block (the rows past the last multiple of 6, the
-// columns past the last multiple of 16) runs on copies padded with zeros: its rows of A in
-// edgeA, its columns of B in edgeB (packed once per product), its part of C in a 6 × 16
+// gemmFMA is gemmAVX2 with the assembly kernel: every block of C, edges included, is a 6 × 16
+// block of kernel6x16FMA (12 accumulators). An edge block (the rows past the last multiple of
+// 6, the columns past the last multiple of 16) runs on copies padded with zeros (fmaEdges):
+// its rows of A, its columns of B (copied once per product), its part of C through a 6 × 16
 // scratch block, and only the real elements are copied back. Each real element is the same
 // chain of multiply-adds over the same values as in a full block (the padding only feeds
 // elements that are thrown away), so the bits do not depend on where a block falls. Before,
@@ -73,8 +70,8 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []f
 //
 // Where A is transposed (ai = 1: the weight gradients, whose B is long), the 16-column panels
 // are the outer loop, so that a panel of B stays in the L1 cache while every row block passes
-// over it; on the 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on
-// one Zen 3 core.
+// over it (on the 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on
+// one Zen 3 core), and A's row blocks are packed once per product (packA6).
 func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
 	pf := 0
 	if m < streamRows {
@@ -179,9 +176,9 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 }
 
 // fmaEdges is gemmFMA's scratch for the edge blocks: A's last rows, B's last columns (each
-// zero-padded, for contractions of up to kBlock), a 6 × 16 block of C. From a pool: cleared on
-// a goroutine's stack at every product, its 22 KB cost small products (attention's) a quarter
-// of their time.
+// zero-padded, for contractions of up to kBlock), a 6 × 16 block of C. It comes from a pool,
+// not the stack, where its 22 KB would be cleared at every product, the attention's small ones
+// included.
 type fmaEdges struct {
 	a [6 * kBlock]float32
 	b [16 * kBlock]float32
