@@ -154,25 +154,7 @@ func entLoss(in LossInputs) (*graph.Node, map[string]*graph.Node) {
 func TestHostMatchesGraph(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	p := MustNewPolicy(agrl.TinyLM().Context(128).Seed(9))
-	v := p.arch.Vocab()
-	var b TrainBatch
-	b.Values = map[string][][]float32{"mask": nil, "adv": nil}
-	for i := range 13 {
-		n := 2 + rng.IntN(90)
-		if i == 0 {
-			n = 128
-		}
-		seq := []int32{agrl.BOS}
-		mask, adv := []float32{0}, []float32{0}
-		for range n - 1 {
-			seq = append(seq, int32(4+rng.IntN(v-4)))
-			mask = append(mask, float32(rng.IntN(2)))
-			adv = append(adv, float32(rng.NormFloat64()))
-		}
-		b.Tokens = append(b.Tokens, seq)
-		b.Values["mask"] = append(b.Values["mask"], mask)
-		b.Values["adv"] = append(b.Values["adv"], adv)
-	}
+	b := randomTrainBatch(rng, p.arch.Vocab(), 13, 90)
 	for _, tc := range []struct {
 		loss LossFunc
 		temp float64
@@ -226,6 +208,29 @@ func TestHostMatchesGraph(t *testing.T) {
 	}
 }
 
+// randomTrainBatch draws count sequences of random tokens after BOS, with random masks and
+// advantages: the first 128 tokens long, the others 2 to spread+1.
+func randomTrainBatch(rng *rand.Rand, vocab, count, spread int) TrainBatch {
+	b := TrainBatch{Values: map[string][][]float32{"mask": nil, "adv": nil}}
+	for i := range count {
+		n := 2 + rng.IntN(spread)
+		if i == 0 {
+			n = 128
+		}
+		seq := []int32{agrl.BOS}
+		mask, adv := []float32{0}, []float32{0}
+		for range n - 1 {
+			seq = append(seq, int32(4+rng.IntN(vocab-4)))
+			mask = append(mask, float32(rng.IntN(2)))
+			adv = append(adv, float32(rng.NormFloat64()))
+		}
+		b.Tokens = append(b.Tokens, seq)
+		b.Values["mask"] = append(b.Values["mask"], mask)
+		b.Values["adv"] = append(b.Values["adv"], adv)
+	}
+	return b
+}
+
 // TestCausalBlockKeepsBits runs the host trainer's forward and backward pass over one batch
 // with the attention's blocks (causalBlock) of 1 to 128 rows and requires the same loss and
 // the same gradients, bit for bit: a block only adds exact zeros to the chains of the
@@ -235,24 +240,7 @@ func TestCausalBlockKeepsBits(t *testing.T) {
 	defer func() { forceCausalBlock = 0 }()
 	rng := rand.New(rand.NewPCG(5, 7))
 	p := MustNewPolicy(agrl.TinyLM().Context(128).Seed(9))
-	v := p.arch.Vocab()
-	b := TrainBatch{Values: map[string][][]float32{"mask": nil, "adv": nil}}
-	for i := range 9 {
-		n := 2 + rng.IntN(100)
-		if i == 0 {
-			n = 128
-		}
-		seq := []int32{agrl.BOS}
-		mask, adv := []float32{0}, []float32{0}
-		for range n - 1 {
-			seq = append(seq, int32(4+rng.IntN(v-4)))
-			mask = append(mask, float32(rng.IntN(2)))
-			adv = append(adv, float32(rng.NormFloat64()))
-		}
-		b.Tokens = append(b.Tokens, seq)
-		b.Values["mask"] = append(b.Values["mask"], mask)
-		b.Values["adv"] = append(b.Values["adv"], adv)
-	}
+	b := randomTrainBatch(rng, p.arch.Vocab(), 9, 100)
 	tr, err := p.NewTrainer("cmp", entLoss, []string{"mask", "adv"}, agrl.NewAdamW(), 0.7)
 	if err != nil {
 		t.Fatal(err)
