@@ -28,13 +28,13 @@ func gemmRowsK(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb 
 	}
 	// A transposed (the weight gradients, whose B is the batch's long activations): on the
 	// AVX2 path, pieces of at least 64 rows, so that a panel of B, once read, serves 11 row
-	// blocks of 6 rather than 3; 128 rows still make two pieces, one a core. With gemmFMA's
-	// packed A, the weight gradients in a warm-start step on a Zen 3 core went from 0.66 to
-	// 0.79–0.82 of the forward products' GFLOP/s (docs/performance.md, "The AVX2 path's edge
-	// blocks and weight gradients").
+	// blocks of 6 rather than 3, and fewer rows where that would leave a worker without a piece
+	// (128 rows on two cores: two pieces). With gemmFMA's packed A, the weight gradients in a
+	// warm-start step on a 2-core Zen 3 went from 0.66 to 0.79–0.82 of the forward products'
+	// GFLOP/s (docs/performance.md, "The AVX2 path's edge blocks and weight gradients").
 	least := 8
 	if ai == 1 && gemmRowBlock() == 6 {
-		least = 64
+		least = max(least, min(64, (m+workers-1)/max(workers, 1)))
 	}
 	chunked(workers, m, gemmRowBlock(), least, func(lo, hi int) {
 		gemmK(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc, load)

@@ -91,13 +91,20 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 		hi = archsimd.LoadInt32x8Slice(firstLanes[8-max(w-8, 0) : 16-max(w-8, 0)]).ToMask()
 		all = archsimd.LoadInt32x8Slice(firstLanes[:8]).ToMask()
 		if n16 < n { // B's last columns, zero-padded to 16: [k][16]
+			_ = e.b[16*kk-1] // kk <= kBlock (gemmK splits longer contractions)
 			pb, pe := unsafe.Pointer(at(b, n16)), unsafe.Pointer(&e.b[0])
 			for range kk {
 				archsimd.LoadMaskedFloat32x8((*[8]float32)(pb), lo).Store((*[8]float32)(pe))
-				archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(pb, 32)), hi).Store((*[8]float32)(unsafe.Add(pe, 32)))
+				if w > 8 {
+					archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(pb, 32)), hi).Store((*[8]float32)(unsafe.Add(pe, 32)))
+				} else {
+					archsimd.Float32x8{}.Store((*[8]float32)(unsafe.Add(pe, 32)))
+				}
 				pb, pe = unsafe.Add(pb, 4*ldb), unsafe.Add(pe, 64)
 			}
 		}
+		// Clean upper halves before the scalar copies below.
+		clearUpper8x2()
 		if m6 < m { // A's last rows, zero-padded to 6: [i][k]
 			for r := range 6 {
 				row := e.a[r*kk : r*kk+kk]
@@ -115,11 +122,11 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 	// step reads 24 consecutive bytes, not one scattered line per step (A(i, k) lies ak
 	// floats past A(i, k−1)). Packed once, they serve every panel of B.
 	var packed []float32
-	if ai == 1 && m6 >= 12 && n16 >= 64 {
+	if ai == 1 && ak >= 8 && m6 >= 12 && n16 >= 64 {
 		p := fmaPackPool.Get().(*[]float32)
 		defer fmaPackPool.Put(p)
-		if len(*p) < m6*kk+2 {
-			*p = make([]float32, m6*kk+2)
+		if len(*p) < m6*kk {
+			*p = make([]float32, m6*kk)
 		}
 		packed = *p
 		for i := 0; i < m6; i += 6 {
@@ -140,23 +147,27 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 			return
 		}
 		bp, ldb1 := at(b, j), ldb
-		m0, m1 := all, all
+		m0, m1, wide := all, all, true
 		if j == n16 {
-			bp, ldb1, m0, m1 = &e.b[0], 16, lo, hi
+			bp, ldb1, m0, m1, wide = &e.b[0], 16, lo, hi, n-n16 > 8
 		}
 		rows := min(6, m-i)
 		if load {
 			for r := range rows {
 				pc := unsafe.Pointer(at(c, (i+r)*ldc+j))
 				archsimd.LoadMaskedFloat32x8((*[8]float32)(pc), m0).Store((*[8]float32)(unsafe.Pointer(&e.c[r*16])))
-				archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(pc, 32)), m1).Store((*[8]float32)(unsafe.Pointer(&e.c[r*16+8])))
+				if wide {
+					archsimd.LoadMaskedFloat32x8((*[8]float32)(unsafe.Add(pc, 32)), m1).Store((*[8]float32)(unsafe.Pointer(&e.c[r*16+8])))
+				}
 			}
 		}
 		kernel6x16FMA(kk, ap, ai1, ak1, bp, ldb1, &e.c[0], 16, pf, load)
 		for r := range rows {
 			pc := unsafe.Pointer(at(c, (i+r)*ldc+j))
 			load8(&e.c[r*16]).StoreMasked((*[8]float32)(pc), m0)
-			load8(&e.c[r*16+8]).StoreMasked((*[8]float32)(unsafe.Add(pc, 32)), m1)
+			if wide {
+				load8(&e.c[r*16+8]).StoreMasked((*[8]float32)(unsafe.Add(pc, 32)), m1)
+			}
 		}
 		clearUpper8x2()
 	}
@@ -190,13 +201,13 @@ var fmaEdgePool = sync.Pool{New: func() any { return new(fmaEdges) }}
 // fmaPackPool holds gemmFMA's packed row blocks of a transposed A.
 var fmaPackPool = sync.Pool{New: func() any { return new([]float32) }}
 
-// packA6 copies A(i..i+6, 0..kk) of a transposed A (a from A(i, 0), ak floats between
-// consecutive k) into dst as [k][6], 8 floats at a time: each store's last 2 floats are
-// overwritten by the next step's (or the next block's) and dst holds 2 floats past 6·kk. The
-// last step copies its 6 floats alone, so the reads stay inside a.
+// packA6 copies A(i..i+6, 0..kk) of a transposed A (a from A(i, 0), ak >= 8 floats between
+// consecutive k) into dst[:6·kk] as [k][6], 8 floats at a time: each store's last 2 floats are
+// overwritten by the next step's, and the last step copies its 6 floats alone, so neither the
+// reads nor the writes leave the block.
 func packA6(kk int, a []float32, ak int, dst []float32) {
 	_ = a[(kk-1)*ak+5]
-	_ = dst[6*kk+1]
+	_ = dst[6*kk-1]
 	pa, pd := unsafe.Pointer(unsafe.SliceData(a)), unsafe.Pointer(unsafe.SliceData(dst))
 	for range kk - 1 {
 		archsimd.LoadFloat32x8((*[8]float32)(pa)).Store((*[8]float32)(pd))

@@ -322,10 +322,12 @@ func (c arch) mlpResidual(nw, n int, lw *hostLayer, x, h, u []float32, lnc lnCac
 // is computed only up to (or from) the diagonal. It is a whole number of the product kernel's
 // row blocks: 16 (2 × 8) for the AVX-512 kernel, 18 (3 × 6) for the AVX2 one, where 16 left
 // every block 4 rows in an edge block (BenchmarkWarmStartStep on a Zen 3 core: the
-// attention's products 12% of the time of the others with 16, 7.4% with 18). The block
-// never changes a bit: what a larger block adds to a product are exact zeros (P and dS are
-// cleared above the diagonal) at the start or the end of a chain of multiply-adds that starts
-// at +0 (TestCausalBlockKeepsBits). forceCausalBlock, when set, replaces it (tests).
+// attention's products 12% of the time of the others with 16, 7.4% with 18). The block does
+// not change the bits for finite values: what a larger block adds to a product are exact +0
+// terms (P and dS are cleared above the diagonal) at the start or the end of a chain of
+// multiply-adds that starts at +0; the one exception, a chain whose sum underflowed to −0
+// before a trailing +0 term, would turn into +0 (TestCausalBlockKeepsBits).
+// forceCausalBlock, when set, replaces it (tests).
 func causalBlock() int {
 	switch {
 	case forceCausalBlock > 0:

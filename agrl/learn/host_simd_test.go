@@ -247,6 +247,18 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 		{25, 70, 40}, {12, 64, 1}, {30, 80, 300}, {streamRows + 13, 96, 7}}) // the last four: transposed A packed (12+ rows, 64+ columns)
 }
 
+// TestCausalBlockKeepsBitsAVX2 is TestCausalBlockKeepsBits on the AVX2 path (whose block is
+// 18) where the CPU has AVX-512 too.
+func TestCausalBlockKeepsBitsAVX2(t *testing.T) {
+	if !hasAVX2 || !hasAVX512 {
+		t.Skip("needs a CPU with AVX-512 and AVX2 (without AVX-512, TestCausalBlockKeepsBits runs the AVX2 path)")
+	}
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	useAVX2 = true
+	causalBlockKeepsBits(t)
+}
+
 // TestAsmKernelMatchesAVX512 does the same for the AVX-512 products with kernel8x32AVX512:
 // the tails around the 8×32, 4×32 and 4×16 blocks (rows past a multiple of 8, columns past a
 // multiple of 32, both at once).

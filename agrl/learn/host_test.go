@@ -236,7 +236,9 @@ func randomTrainBatch(rng *rand.Rand, vocab, count, spread int) TrainBatch {
 // the same gradients, bit for bit: a block only adds exact zeros to the chains of the
 // products, so the AVX2 path's 18 and the AVX-512 path's 16 train alike. The sequences are
 // up to 128 long, several blocks of every size tried but the last.
-func TestCausalBlockKeepsBits(t *testing.T) {
+func TestCausalBlockKeepsBits(t *testing.T) { causalBlockKeepsBits(t) }
+
+func causalBlockKeepsBits(t *testing.T) {
 	defer func() { forceCausalBlock = 0 }()
 	rng := rand.New(rand.NewPCG(5, 7))
 	p := MustNewPolicy(agrl.TinyLM().Context(128).Seed(9))
