@@ -1,5 +1,6 @@
-# Writes agrl/learn/headkernel_avx512_amd64.s, the LM head's AVX-512 kernels (unrolled), so
-# that a change is made once here: python3 scripts/gen_headkernel_asm.py; then go test.
+# Writes agrl/learn/headkernel_avx512_amd64.s and headkernel_avx2_amd64.s, the LM head's AVX-512
+# and AVX2 kernels (unrolled), so that a change is made once here:
+# python3 scripts/gen_headkernel_asm.py; then go test.
 import os
 out = []
 P = out.append
@@ -85,3 +86,82 @@ TEXT ·dot1x{m}AVX512(SB), NOSPLIT, $0-40
 onexm(4)
 onexm(2)
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agrl", "learn", "headkernel_avx512_amd64.s"), "w").write("\n".join(out) + "\n")
+
+# The AVX2 kernel (machines without AVX-512), in its own file.
+out = []
+P = out.append
+P("""//go:build amd64 && goexperiment.simd
+
+#include "textflag.h"
+
+// The AVX2 kernel of the LM head's dot products (headkernel.go, headkernel_simd.go). A logit's
+// 16 partial sums are two 8-lane halves on AVX2 (lanes k ≡ 0–7 and k ≡ 8–15 mod 16), two
+// independent chains of VFMADD231PS in increasing k from 0; this kernel runs all the low
+// halves of a block first and then all the high halves, so that twelve logits fit in the 16
+// registers. At the end t = lo + hi, u[l] = t[l] + t[l+4] and the logit (u[0] + u[2]) +
+// (u[1] + u[3]): the operations of the AVX-512 kernels with dotFinish and of the Go AVX2 loop,
+// so the same bits. The products past the last 16-wide block are left to the caller.
+//
+// Written by scripts/gen_headkernel_asm.py: edit that, not this file.
+
+// func dot4x3AVX2(n16 int, x *float32, ldx int, w *float32, ldw int, y *float32, ldy int, lo *[12][8]float32)
+//
+// y[r·ldy + c] for row r < 4 of x and row c < 3 of w; lo holds the low halves' sums between
+// the two passes. Y0–Y11 the accumulators (Y[3r+c]), Y12–Y14 the rows of w at k, Y15 a row
+// of x; x's rows through SI (0–2) and R13 (3), y's through DX (0–2) and R12 (3). Per 8-lane
+// step: 7 loads, 12 multiply-adds.
+TEXT ·dot4x3AVX2(SB), NOSPLIT, $0-64
+	MOVQ x+8(FP), SI
+	MOVQ ldx+16(FP), R8
+	SHLQ $2, R8
+	MOVQ w+24(FP), DI
+	MOVQ ldw+32(FP), R10
+	SHLQ $2, R10
+	MOVQ y+40(FP), DX
+	MOVQ ldy+48(FP), R11
+	SHLQ $2, R11
+	MOVQ lo+56(FP), BX
+	LEAQ (SI)(R8*2), R13
+	ADDQ R8, R13
+	LEAQ (DX)(R11*2), R12
+	ADDQ R11, R12""")
+
+def half(h):
+    for i in range(12):
+        P(f"\tVXORPS Y{i}, Y{i}, Y{i}")
+    P(f"\tMOVQ n16+0(FP), CX\n\tTESTQ CX, CX\n\tJZ done4x3h{h}\nloop4x3h{h}:")
+    P("\tVMOVUPS (DI), Y12\n\tVMOVUPS (DI)(R10*1), Y13\n\tVMOVUPS (DI)(R10*2), Y14")
+    xs = ["(SI)", "(SI)(R8*1)", "(SI)(R8*2)", "(R13)"]
+    for r, a in enumerate(xs):
+        P(f"\tVMOVUPS {a}, Y15")
+        for c in range(3):
+            P(f"\tVFMADD231PS Y{12+c}, Y15, Y{3*r+c}")
+    P(f"\tADDQ $64, SI\n\tADDQ $64, R13\n\tADDQ $64, DI\n\tDECQ CX\n\tJNZ loop4x3h{h}\ndone4x3h{h}:")
+
+P("\t// the low halves: lanes k ≡ 0–7 of each 16-wide block")
+half(0)
+for i in range(12):
+    P(f"\tVMOVUPS Y{i}, {32*i}(BX)")
+P("""	// the high halves: back to the start, 8 floats on
+	MOVQ x+8(FP), SI
+	ADDQ $32, SI
+	LEAQ (SI)(R8*2), R13
+	ADDQ R8, R13
+	MOVQ w+24(FP), DI
+	ADDQ $32, DI""")
+half(1)
+P("\t// t = lo + hi, u[l] = t[l] + t[l+4], then (u0 + u2) + (u1 + u3) into y")
+ys = ["(DX)", "(DX)(R11*1)", "(DX)(R11*2)", "(R12)"]
+for i in range(12):
+    r, c = divmod(i, 3)
+    P(f"\tVADDPS {32*i}(BX), Y{i}, Y{i}")
+    P(f"\tVEXTRACTF128 $1, Y{i}, X12")
+    P(f"\tVADDPS X12, X{i}, X{i}")
+    P(f"\tVMOVHLPS X{i}, X{i}, X12")
+    P(f"\tVADDPS X12, X{i}, X{i}")
+    P(f"\tVMOVSHDUP X{i}, X12")
+    P(f"\tVADDSS X12, X{i}, X{i}")
+    off = f"{4*c}" if c else ""
+    P(f"\tVMOVSS X{i}, {off}{ys[r]}")
+P("\tVZEROUPPER\n\tRET")
+open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "agrl", "learn", "headkernel_avx2_amd64.s"), "w").write("\n".join(out) + "\n")

@@ -88,7 +88,7 @@ func dotRowsAVX512(x []float32, rows, in int, w []float32, n int, y []float32, l
 	}
 }
 
-// dotCols is how many rows of w dotRowsAVX2 takes at a time.
+// dotCols is how many rows of w dotRowsAVX2Go takes at a time.
 const dotCols = 8
 
 // reduce8x2 folds a logit's 16 partial sums, held as two 8-lane halves, to headkernel.go's
@@ -98,7 +98,61 @@ func reduce8x2(lo, hi archsimd.Float32x8, u *[4]float32) {
 	t.GetLo().Add(t.GetHi()).Store(u)
 }
 
-// dotRowsAVX2 takes w dotCols rows at a time (18 KB at a hidden size of 576, so they stay in
+//go:noescape
+func dot4x3AVX2(n16 int, x *float32, ldx int, w *float32, ldw int, y *float32, ldy int, lo *[12][8]float32)
+
+// headBlockCols is how many rows of w dotRowsAVX2 takes at a time for 4 or more rows of x:
+// 110 KB at a hidden size of 576, held in the L2 cache while every row of x passes over
+// them, so that w is read from memory once per call; a multiple of 3.
+const headBlockCols = 48
+
+// dotRowsAVX2 runs dot4x3AVX2 (headkernel_avx2_amd64.s) on blocks of 4 rows of x and 3 rows
+// of w, and dotRowsAVX2Go on what is left (fewer than 4 rows, the last 1 or 2 rows of w of
+// a block). In Go the block's 8 accumulators and 2 rows of w left x to be loaded at every
+// multiply-add pair (10 loads per 8 multiply-adds, docs/performance.md, "The LM head on
+// AVX2"); the kernel runs the low and the high halves of its twelve logits in turn, 7 loads
+// per 12, and finishes each logit itself. The operations are those of dotRowsAVX2Go, so the
+// bits are.
+func dotRowsAVX2(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
+	if rows < 4 {
+		dotRowsAVX2Go(x, rows, in, w, n, y, ldy)
+		return
+	}
+	n16 := in / 16
+	k16 := n16 * 16
+	r4 := rows &^ 3
+	var lo [12][8]float32
+	for j0 := 0; j0 < n; j0 += headBlockCols {
+		cols := min(headBlockCols, n-j0)
+		c3 := cols - cols%3
+		for r := 0; r < r4; r += 4 {
+			for c := j0; c < j0+c3; c += 3 {
+				dot4x3AVX2(n16, at(x, r*in), in, at(w, c*in), in, at(y, r*ldy+c), ldy, &lo)
+			}
+		}
+		if k16 < in { // the products past the last 16-wide block, in increasing k (dotFinish)
+			for r := range r4 {
+				xr := x[r*in : (r+1)*in]
+				for c := j0; c < j0+c3; c++ {
+					wc := w[c*in : (c+1)*in]
+					s := y[r*ldy+c]
+					for k := k16; k < in; k++ {
+						s += float32(xr[k] * wc[k])
+					}
+					y[r*ldy+c] = s
+				}
+			}
+		}
+		if c3 < cols {
+			dotRowsAVX2Go(x, r4, in, w[(j0+c3)*in:], cols-c3, y[j0+c3:], ldy)
+		}
+		if r4 < rows {
+			dotRowsAVX2Go(x[r4*in:], rows-r4, in, w[j0*in:], cols, y[r4*ldy+j0:], ldy)
+		}
+	}
+}
+
+// dotRowsAVX2Go takes w dotCols rows at a time (18 KB at a hidden size of 576, so they stay in
 // the L1 cache while the rows of x pass over them, four at a time, then one by one) and
 // finishes the logits (dotFinish, scalar) only after the vector loops of a block, behind one
 // clearUpper8x2: a scalar addition run while the vector registers' upper halves are dirty
@@ -106,7 +160,7 @@ func reduce8x2(lo, hi archsimd.Float32x8, u *[4]float32) {
 // each logit straight after its vector loop paid it once a logit, half the LM head's time
 // (docs/performance.md, "The LM head on AVX2"). The operations, and so the bits, are those of
 // the AVX-512 kernels.
-func dotRowsAVX2(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
+func dotRowsAVX2Go(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
 	k16 := in &^ 15
 	row := func(s []float32, i int) []float32 { return s[i*in : (i+1)*in] }
 	var u [4 * dotCols][4]float32

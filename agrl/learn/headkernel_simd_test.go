@@ -3,6 +3,7 @@
 package learn
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -26,6 +27,42 @@ func TestHeadNTAVX2MatchesAVX512(t *testing.T) {
 		for i := range a {
 			if a[i] != b[i] {
 				t.Fatalf("%v: element %d: AVX-512 %v, AVX2 %v", c, i, a[i], b[i])
+			}
+		}
+	}
+}
+
+// TestHeadAVX2KernelMatchesGo: dot4x3AVX2's blocks give the bits of the Go AVX2 loop, with
+// every remainder of rows (mod 4), rows of w (mod 3, and past a block of headBlockCols) and
+// hidden size (mod 16, and below 16), into a y with a row step wider than n whose gaps stay
+// untouched.
+func TestHeadAVX2KernelMatchesGo(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("needs a CPU with AVX2")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, rows := range []int{4, 5, 7, 8, 13} {
+		for _, n := range []int{1, 2, 3, 4, 47, 48, 49, 50, 100, 145} {
+			for _, in := range []int{7, 16, 17, 40, 576} {
+				x, w := randNormals(rng, rows*in), randNormals(rng, n*in)
+				ldy := n + 3
+				a, b := make([]float32, rows*ldy), make([]float32, rows*ldy)
+				for i := range a {
+					a[i], b[i] = float32(math.NaN()), float32(math.NaN())
+				}
+				dotRowsAVX2(x, rows, in, w, n, a, ldy)
+				dotRowsAVX2Go(x, rows, in, w, n, b, ldy)
+				for i := range a {
+					if i%ldy >= n {
+						if !math.IsNaN(float64(a[i])) {
+							t.Fatalf("rows %d n %d in %d: element %d past a row's end written", rows, n, in, i)
+						}
+						continue
+					}
+					if a[i] != b[i] {
+						t.Fatalf("rows %d n %d in %d: element %d (row %d, column %d): kernel %v, Go %v", rows, n, in, i, i/ldy, i%ldy, a[i], b[i])
+					}
+				}
 			}
 		}
 	}

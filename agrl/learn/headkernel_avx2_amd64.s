@@ -1,0 +1,236 @@
+//go:build amd64 && goexperiment.simd
+
+#include "textflag.h"
+
+// The AVX2 kernel of the LM head's dot products (headkernel.go, headkernel_simd.go). A logit's
+// 16 partial sums are two 8-lane halves on AVX2 (lanes k ≡ 0–7 and k ≡ 8–15 mod 16), two
+// independent chains of VFMADD231PS in increasing k from 0; this kernel runs all the low
+// halves of a block first and then all the high halves, so that twelve logits fit in the 16
+// registers. At the end t = lo + hi, u[l] = t[l] + t[l+4] and the logit (u[0] + u[2]) +
+// (u[1] + u[3]): the operations of the AVX-512 kernels with dotFinish and of the Go AVX2 loop,
+// so the same bits. The products past the last 16-wide block are left to the caller.
+//
+// Written by scripts/gen_headkernel_asm.py: edit that, not this file.
+
+// func dot4x3AVX2(n16 int, x *float32, ldx int, w *float32, ldw int, y *float32, ldy int, lo *[12][8]float32)
+//
+// y[r·ldy + c] for row r < 4 of x and row c < 3 of w; lo holds the low halves' sums between
+// the two passes. Y0–Y11 the accumulators (Y[3r+c]), Y12–Y14 the rows of w at k, Y15 a row
+// of x; x's rows through SI (0–2) and R13 (3), y's through DX (0–2) and R12 (3). Per 8-lane
+// step: 7 loads, 12 multiply-adds.
+TEXT ·dot4x3AVX2(SB), NOSPLIT, $0-64
+	MOVQ x+8(FP), SI
+	MOVQ ldx+16(FP), R8
+	SHLQ $2, R8
+	MOVQ w+24(FP), DI
+	MOVQ ldw+32(FP), R10
+	SHLQ $2, R10
+	MOVQ y+40(FP), DX
+	MOVQ ldy+48(FP), R11
+	SHLQ $2, R11
+	MOVQ lo+56(FP), BX
+	LEAQ (SI)(R8*2), R13
+	ADDQ R8, R13
+	LEAQ (DX)(R11*2), R12
+	ADDQ R11, R12
+	// the low halves: lanes k ≡ 0–7 of each 16-wide block
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ n16+0(FP), CX
+	TESTQ CX, CX
+	JZ done4x3h0
+loop4x3h0:
+	VMOVUPS (DI), Y12
+	VMOVUPS (DI)(R10*1), Y13
+	VMOVUPS (DI)(R10*2), Y14
+	VMOVUPS (SI), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y1
+	VFMADD231PS Y14, Y15, Y2
+	VMOVUPS (SI)(R8*1), Y15
+	VFMADD231PS Y12, Y15, Y3
+	VFMADD231PS Y13, Y15, Y4
+	VFMADD231PS Y14, Y15, Y5
+	VMOVUPS (SI)(R8*2), Y15
+	VFMADD231PS Y12, Y15, Y6
+	VFMADD231PS Y13, Y15, Y7
+	VFMADD231PS Y14, Y15, Y8
+	VMOVUPS (R13), Y15
+	VFMADD231PS Y12, Y15, Y9
+	VFMADD231PS Y13, Y15, Y10
+	VFMADD231PS Y14, Y15, Y11
+	ADDQ $64, SI
+	ADDQ $64, R13
+	ADDQ $64, DI
+	DECQ CX
+	JNZ loop4x3h0
+done4x3h0:
+	VMOVUPS Y0, 0(BX)
+	VMOVUPS Y1, 32(BX)
+	VMOVUPS Y2, 64(BX)
+	VMOVUPS Y3, 96(BX)
+	VMOVUPS Y4, 128(BX)
+	VMOVUPS Y5, 160(BX)
+	VMOVUPS Y6, 192(BX)
+	VMOVUPS Y7, 224(BX)
+	VMOVUPS Y8, 256(BX)
+	VMOVUPS Y9, 288(BX)
+	VMOVUPS Y10, 320(BX)
+	VMOVUPS Y11, 352(BX)
+	// the high halves: back to the start, 8 floats on
+	MOVQ x+8(FP), SI
+	ADDQ $32, SI
+	LEAQ (SI)(R8*2), R13
+	ADDQ R8, R13
+	MOVQ w+24(FP), DI
+	ADDQ $32, DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	MOVQ n16+0(FP), CX
+	TESTQ CX, CX
+	JZ done4x3h1
+loop4x3h1:
+	VMOVUPS (DI), Y12
+	VMOVUPS (DI)(R10*1), Y13
+	VMOVUPS (DI)(R10*2), Y14
+	VMOVUPS (SI), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y1
+	VFMADD231PS Y14, Y15, Y2
+	VMOVUPS (SI)(R8*1), Y15
+	VFMADD231PS Y12, Y15, Y3
+	VFMADD231PS Y13, Y15, Y4
+	VFMADD231PS Y14, Y15, Y5
+	VMOVUPS (SI)(R8*2), Y15
+	VFMADD231PS Y12, Y15, Y6
+	VFMADD231PS Y13, Y15, Y7
+	VFMADD231PS Y14, Y15, Y8
+	VMOVUPS (R13), Y15
+	VFMADD231PS Y12, Y15, Y9
+	VFMADD231PS Y13, Y15, Y10
+	VFMADD231PS Y14, Y15, Y11
+	ADDQ $64, SI
+	ADDQ $64, R13
+	ADDQ $64, DI
+	DECQ CX
+	JNZ loop4x3h1
+done4x3h1:
+	// t = lo + hi, u[l] = t[l] + t[l+4], then (u0 + u2) + (u1 + u3) into y
+	VADDPS 0(BX), Y0, Y0
+	VEXTRACTF128 $1, Y0, X12
+	VADDPS X12, X0, X0
+	VMOVHLPS X0, X0, X12
+	VADDPS X12, X0, X0
+	VMOVSHDUP X0, X12
+	VADDSS X12, X0, X0
+	VMOVSS X0, (DX)
+	VADDPS 32(BX), Y1, Y1
+	VEXTRACTF128 $1, Y1, X12
+	VADDPS X12, X1, X1
+	VMOVHLPS X1, X1, X12
+	VADDPS X12, X1, X1
+	VMOVSHDUP X1, X12
+	VADDSS X12, X1, X1
+	VMOVSS X1, 4(DX)
+	VADDPS 64(BX), Y2, Y2
+	VEXTRACTF128 $1, Y2, X12
+	VADDPS X12, X2, X2
+	VMOVHLPS X2, X2, X12
+	VADDPS X12, X2, X2
+	VMOVSHDUP X2, X12
+	VADDSS X12, X2, X2
+	VMOVSS X2, 8(DX)
+	VADDPS 96(BX), Y3, Y3
+	VEXTRACTF128 $1, Y3, X12
+	VADDPS X12, X3, X3
+	VMOVHLPS X3, X3, X12
+	VADDPS X12, X3, X3
+	VMOVSHDUP X3, X12
+	VADDSS X12, X3, X3
+	VMOVSS X3, (DX)(R11*1)
+	VADDPS 128(BX), Y4, Y4
+	VEXTRACTF128 $1, Y4, X12
+	VADDPS X12, X4, X4
+	VMOVHLPS X4, X4, X12
+	VADDPS X12, X4, X4
+	VMOVSHDUP X4, X12
+	VADDSS X12, X4, X4
+	VMOVSS X4, 4(DX)(R11*1)
+	VADDPS 160(BX), Y5, Y5
+	VEXTRACTF128 $1, Y5, X12
+	VADDPS X12, X5, X5
+	VMOVHLPS X5, X5, X12
+	VADDPS X12, X5, X5
+	VMOVSHDUP X5, X12
+	VADDSS X12, X5, X5
+	VMOVSS X5, 8(DX)(R11*1)
+	VADDPS 192(BX), Y6, Y6
+	VEXTRACTF128 $1, Y6, X12
+	VADDPS X12, X6, X6
+	VMOVHLPS X6, X6, X12
+	VADDPS X12, X6, X6
+	VMOVSHDUP X6, X12
+	VADDSS X12, X6, X6
+	VMOVSS X6, (DX)(R11*2)
+	VADDPS 224(BX), Y7, Y7
+	VEXTRACTF128 $1, Y7, X12
+	VADDPS X12, X7, X7
+	VMOVHLPS X7, X7, X12
+	VADDPS X12, X7, X7
+	VMOVSHDUP X7, X12
+	VADDSS X12, X7, X7
+	VMOVSS X7, 4(DX)(R11*2)
+	VADDPS 256(BX), Y8, Y8
+	VEXTRACTF128 $1, Y8, X12
+	VADDPS X12, X8, X8
+	VMOVHLPS X8, X8, X12
+	VADDPS X12, X8, X8
+	VMOVSHDUP X8, X12
+	VADDSS X12, X8, X8
+	VMOVSS X8, 8(DX)(R11*2)
+	VADDPS 288(BX), Y9, Y9
+	VEXTRACTF128 $1, Y9, X12
+	VADDPS X12, X9, X9
+	VMOVHLPS X9, X9, X12
+	VADDPS X12, X9, X9
+	VMOVSHDUP X9, X12
+	VADDSS X12, X9, X9
+	VMOVSS X9, (R12)
+	VADDPS 320(BX), Y10, Y10
+	VEXTRACTF128 $1, Y10, X12
+	VADDPS X12, X10, X10
+	VMOVHLPS X10, X10, X12
+	VADDPS X12, X10, X10
+	VMOVSHDUP X10, X12
+	VADDSS X12, X10, X10
+	VMOVSS X10, 4(R12)
+	VADDPS 352(BX), Y11, Y11
+	VEXTRACTF128 $1, Y11, X12
+	VADDPS X12, X11, X11
+	VMOVHLPS X11, X11, X12
+	VADDPS X12, X11, X11
+	VMOVSHDUP X11, X12
+	VADDSS X12, X11, X11
+	VMOVSS X11, 8(R12)
+	VZEROUPPER
+	RET
