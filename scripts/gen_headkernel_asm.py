@@ -154,7 +154,8 @@ P("\t// t = lo + hi, u[l] = t[l] + t[l+4], then (u0 + u2) + (u1 + u3) into y")
 ys = ["(DX)", "(DX)(R11*1)", "(DX)(R11*2)", "(R12)"]
 for i in range(12):
     r, c = divmod(i, 3)
-    P(f"\tVADDPS {32*i}(BX), Y{i}, Y{i}")
+    P(f"\tVMOVUPS {32*i}(BX), Y12")
+    P(f"\tVADDPS Y{i}, Y12, Y{i}")
     P(f"\tVEXTRACTF128 $1, Y{i}, X12")
     P(f"\tVADDPS X12, X{i}, X{i}")
     P(f"\tVMOVHLPS X{i}, X{i}, X12")

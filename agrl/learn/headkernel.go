@@ -36,7 +36,7 @@ func headNT(x []float32, rows, in int, w []float32, out int) []float32 {
 
 // headNTInto is headNT into y ([rows, out], every element written).
 func headNTInto(y, x []float32, rows, in int, w []float32, out int) {
-	chunked(runtime.GOMAXPROCS(0), out, 4, 256, func(lo, hi int) {
+	chunked(runtime.GOMAXPROCS(0), out, 12, 256, func(lo, hi int) { // 12: the AVX2 kernel's 3 rows of w, the AVX-512 ones' 4
 		dotRows(x, rows, in, w[lo*in:hi*in], hi-lo, y[lo:], out)
 	})
 }

@@ -108,11 +108,12 @@ const headBlockCols = 48
 
 // dotRowsAVX2 runs dot4x3AVX2 (headkernel_avx2_amd64.s) on blocks of 4 rows of x and 3 rows
 // of w, and dotRowsAVX2Go on what is left (fewer than 4 rows, the last 1 or 2 rows of w of
-// a block). In Go the block's 8 accumulators and 2 rows of w left x to be loaded at every
-// multiply-add pair (10 loads per 8 multiply-adds, docs/performance.md, "The LM head on
-// AVX2"); the kernel runs the low and the high halves of its twelve logits in turn, 7 loads
-// per 12, and finishes each logit itself. The operations are those of dotRowsAVX2Go, so the
-// bits are.
+// a block). In Go, 8 accumulators (4 rows of x, two halves each) and the two halves of a row
+// of w left x to be loaded at every multiply-add pair (10 loads per 8 multiply-adds,
+// docs/performance.md, "The LM head on AVX2"); the kernel runs the low and the high halves of
+// its twelve logits in turn, 7 loads per 12, and finishes each logit itself but for the
+// products past the last 16-wide block of the hidden size, added here after it. The
+// operations are those of dotRowsAVX2Go, so the bits are.
 func dotRowsAVX2(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
 	if rows < 4 {
 		dotRowsAVX2Go(x, rows, in, w, n, y, ldy)

@@ -33,17 +33,31 @@ func TestHeadNTAVX2MatchesAVX512(t *testing.T) {
 }
 
 // TestHeadAVX2KernelMatchesGo: dot4x3AVX2's blocks give the bits of the Go AVX2 loop, with
-// every remainder of rows (mod 4), rows of w (mod 3, and past a block of headBlockCols) and
-// hidden size (mod 16, and below 16), into a y with a row step wider than n whose gaps stay
-// untouched.
+// rows of every remainder mod 4, rows of w of every remainder mod 3 (in the first block of
+// headBlockCols and in later ones) and hidden sizes below 16 and with tails of 1, 2, 7, 8
+// and 15, into a y with a row step wider than n whose gaps stay untouched; and one block
+// straight from the kernel, so that the comparison cannot pass by never running it.
 func TestHeadAVX2KernelMatchesGo(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("needs a CPU with AVX2")
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, rows := range []int{4, 5, 7, 8, 13} {
-		for _, n := range []int{1, 2, 3, 4, 47, 48, 49, 50, 100, 145} {
-			for _, in := range []int{7, 16, 17, 40, 576} {
+	for _, in := range []int{16, 576, 37} {
+		x, w := randNormals(rng, 4*in), randNormals(rng, 3*in)
+		const ldy = 5
+		got, want := make([]float32, 4*ldy), make([]float32, 4*ldy)
+		var lo [12][8]float32
+		dot4x3AVX2(in/16, at(x, 0), in, at(w, 0), in, at(got, 0), ldy, &lo)
+		dotRowsAVX2Go(x, 4, in, w, 3, want, ldy)
+		for i := range got {
+			if i%ldy < 3 && in%16 == 0 && got[i] != want[i] || i%ldy >= 3 && got[i] != 0 {
+				t.Fatalf("in %d: dot4x3AVX2's element %d: %v, Go %v", in, i, got[i], want[i])
+			}
+		}
+	}
+	for _, rows := range []int{4, 5, 6, 7, 8, 10, 13} {
+		for _, n := range []int{1, 2, 3, 4, 47, 48, 49, 50, 51, 99, 100, 145} {
+			for _, in := range []int{7, 16, 17, 31, 40, 50, 576} {
 				x, w := randNormals(rng, rows*in), randNormals(rng, n*in)
 				ldy := n + 3
 				a, b := make([]float32, rows*ldy), make([]float32, rows*ldy)
