@@ -14,18 +14,30 @@ import (
 // TestSoftmaxKernel: the attention's softmax kernel (llm.SetSoftmax) gives llm.SoftmaxLoop's
 // bits at every length around the vectors' blocks and tails, for scores of every size, and
 // with NaN or +Inf among them (every result NaN, as in the loop) or −Inf (weight 0); its
-// results sum to 1.
+// results sum to 1. On the AVX-512 path and, where the CPU has AVX2, on the AVX2 path.
 func TestSoftmaxKernel(t *testing.T) {
-	if !hasAVX512 || useAVX2 {
-		t.Skip("the softmax kernel runs on AVX-512 CPUs")
+	if !hostKernels {
+		t.Skip("the softmax kernel needs the host kernels (an AVX-512 or AVX2 CPU)")
 	}
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	for _, avx2 := range []bool{false, true} {
+		if avx2 && !hasAVX2 || !avx2 && !hasAVX512 {
+			continue
+		}
+		useAVX2 = avx2
+		t.Run(map[bool]string{false: "avx512", true: "avx2"}[avx2], testSoftmaxKernel)
+	}
+}
+
+func testSoftmaxKernel(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	same := func(a, b []float32) bool {
 		return slices.EqualFunc(a, b, func(x, y float32) bool {
 			return math.Float32bits(x) == math.Float32bits(y) || (x != x && y != y)
 		})
 	}
-	for _, n := range []int{1, 2, 15, 16, 17, 31, 32, 33, 47, 64, 100, 700, 1025} {
+	for _, n := range []int{1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 100, 700, 1025} {
 		for _, spread := range []float64{0.01, 1, 30, 3000} {
 			x := make([]float32, n)
 			for i := range x {
