@@ -24,24 +24,27 @@ def fold(acc, off, base="BX"):
     P(f"\tVADDPS X30, X{acc}, X{acc}")
     P(f"\tVMOVUPS X{acc}, {off}({base})")
 
+def xw_args():
+    """The kernels' common arguments: x and its row step (bytes) in SI and R8, w and its row
+    step in DI and R10, at the frame offsets of (n16, x, ldx, w, ldw, …)."""
+    P("\tMOVQ x+8(FP), SI\n\tMOVQ ldx+16(FP), R8\n\tSHLQ $2, R8")
+    P("\tMOVQ w+24(FP), DI\n\tMOVQ ldw+32(FP), R10\n\tSHLQ $2, R10")
+
+def row3(base, step, dst):
+    """dst = base + 3·step: the fourth row of a block (x86 scales go up to 8, not 3)."""
+    P(f"\tLEAQ ({base})({step}*2), {dst}\n\tADDQ {step}, {dst}")
+
 # dot8x2: 8 rows of x (row step ldx floats) × 2 rows of w (row step ldw floats)
 P("""// func dot8x2AVX512(n16 int, x *float32, ldx int, w *float32, ldw int, u *[16][4]float32)
 //
 // u[2r+c] for row r < 8 of x and row c < 2 of w. Z0–Z15 the accumulators (Z[2r+c]), Z16–Z17
 // the rows of w at k, Z18 a row of x; x's rows through SI (0–2), R13 (3–5), R14 (6–7).
 TEXT ·dot8x2AVX512(SB), NOSPLIT, $0-48
-	MOVQ n16+0(FP), CX
-	MOVQ x+8(FP), SI
-	MOVQ ldx+16(FP), R8
-	SHLQ $2, R8
-	MOVQ w+24(FP), DI
-	MOVQ ldw+32(FP), R10
-	SHLQ $2, R10
-	MOVQ u+40(FP), BX
-	LEAQ (SI)(R8*2), R13
-	ADDQ R8, R13
-	LEAQ (R13)(R8*2), R14
-	ADDQ R8, R14""")
+	MOVQ n16+0(FP), CX""")
+xw_args()
+P("\tMOVQ u+40(FP), BX")
+row3("SI", "R8", "R13")
+row3("R13", "R8", "R14")
 for i in range(16):
     P(f"\tVPXORD Z{i}, Z{i}, Z{i}")
 P("\tTESTQ CX, CX\n\tJZ fold8x2\nloop8x2:")
@@ -69,7 +72,7 @@ TEXT ·dot1x{m}AVX512(SB), NOSPLIT, $0-40
 	SHLQ $2, R10
 	MOVQ u+32(FP), BX""")
     if m > 2:
-        P("\tLEAQ (DI)(R10*2), R13\n\tADDQ R10, R13")
+        row3("DI", "R10", "R13")
     for i in range(m):
         P(f"\tVPXORD Z{i}, Z{i}, Z{i}")
     P(f"\tTESTQ CX, CX\n\tJZ fold1x{m}\nloop1x{m}:")
@@ -110,21 +113,11 @@ P("""//go:build amd64 && goexperiment.simd
 // the two passes. Y0–Y11 the accumulators (Y[3r+c]), Y12–Y14 the rows of w at k, Y15 a row
 // of x; x's rows through SI (0–2) and R13 (3), y's through DX (0–2) and R12 (3). Per 8-lane
 // step: 7 loads, 12 multiply-adds.
-TEXT ·dot4x3AVX2(SB), NOSPLIT, $0-64
-	MOVQ x+8(FP), SI
-	MOVQ ldx+16(FP), R8
-	SHLQ $2, R8
-	MOVQ w+24(FP), DI
-	MOVQ ldw+32(FP), R10
-	SHLQ $2, R10
-	MOVQ y+40(FP), DX
-	MOVQ ldy+48(FP), R11
-	SHLQ $2, R11
-	MOVQ lo+56(FP), BX
-	LEAQ (SI)(R8*2), R13
-	ADDQ R8, R13
-	LEAQ (DX)(R11*2), R12
-	ADDQ R11, R12""")
+TEXT ·dot4x3AVX2(SB), NOSPLIT, $0-64""")
+xw_args()
+P("\tMOVQ y+40(FP), DX\n\tMOVQ ldy+48(FP), R11\n\tSHLQ $2, R11\n\tMOVQ lo+56(FP), BX")
+row3("SI", "R8", "R13")
+row3("DX", "R11", "R12")
 
 def half(h):
     for i in range(12):
@@ -144,11 +137,9 @@ for i in range(12):
     P(f"\tVMOVUPS Y{i}, {32*i}(BX)")
 P("""	// the high halves: back to the start, 8 floats on
 	MOVQ x+8(FP), SI
-	ADDQ $32, SI
-	LEAQ (SI)(R8*2), R13
-	ADDQ R8, R13
-	MOVQ w+24(FP), DI
-	ADDQ $32, DI""")
+	ADDQ $32, SI""")
+row3("SI", "R8", "R13")
+P("\tMOVQ w+24(FP), DI\n\tADDQ $32, DI")
 half(1)
 P("\t// t = lo + hi, u[l] = t[l] + t[l+4], then (u0 + u2) + (u1 + u3) into y")
 ys = ["(DX)", "(DX)(R11*1)", "(DX)(R11*2)", "(R12)"]

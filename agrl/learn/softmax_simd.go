@@ -48,21 +48,7 @@ func softmaxRow(x []float32, scale float32) {
 	mv.Store(&lanes)
 	odd.Store(&oddLanes)
 	clearUpper16()
-	mx := float32(math.Inf(-1))
-	for _, v := range lanes {
-		mx = max(mx, v)
-	}
-	if slices.ContainsFunc(oddLanes[:], func(v float32) bool { return v != v }) {
-		// VMAXPS drops a NaN that Go's max keeps: the loop's shift, one value at a time.
-		mx = float32(math.Inf(-1))
-		for _, v := range x[:j] {
-			mx = max(mx, v)
-		}
-	}
-	for k := j; k < n; k++ {
-		x[k] *= scale
-		mx = max(mx, x[k])
-	}
+	mx := softmaxShift(x, j, scale, lanes[:], oddLanes[:])
 	sum := llm.ExpSum(x, mx) // SetExpSum's kernel, as in the loop
 	sv := archsimd.BroadcastFloat32x16(sum)
 	for j = 0; j+16 <= n; j += 16 {
@@ -72,6 +58,28 @@ func softmaxRow(x []float32, scale float32) {
 	for k := j; k < n; k++ {
 		x[k] /= sum
 	}
+}
+
+// softmaxShift is the softmax kernels' scalar middle: the largest of the vector loop's lanes
+// (the scaled x[:j]), or, where some of them held a NaN or an infinity (oddLanes, v − v),
+// of x[:j] one value at a time, since VMAXPS drops a NaN that Go's max keeps; then x[j:]
+// scaled one at a time and taken into the maximum.
+func softmaxShift(x []float32, j int, scale float32, lanes, oddLanes []float32) float32 {
+	mx := float32(math.Inf(-1))
+	for _, v := range lanes {
+		mx = max(mx, v)
+	}
+	if slices.ContainsFunc(oddLanes, func(v float32) bool { return v != v }) {
+		mx = float32(math.Inf(-1))
+		for _, v := range x[:j] {
+			mx = max(mx, v)
+		}
+	}
+	for k := j; k < len(x); k++ {
+		x[k] *= scale
+		mx = max(mx, x[k])
+	}
+	return mx
 }
 
 // softmaxRowAVX2 is softmaxRow 8 lanes at a time, for CPUs without AVX-512 (the same steps,
@@ -94,20 +102,7 @@ func softmaxRowAVX2(x []float32, scale float32) {
 	mv.Store(&lanes)
 	odd.Store(&oddLanes)
 	clearUpper8x2()
-	mx := float32(math.Inf(-1))
-	for _, v := range lanes {
-		mx = max(mx, v)
-	}
-	if slices.ContainsFunc(oddLanes[:], func(v float32) bool { return v != v }) {
-		mx = float32(math.Inf(-1)) // as in softmaxRow
-		for _, v := range x[:j] {
-			mx = max(mx, v)
-		}
-	}
-	for k := j; k < n; k++ {
-		x[k] *= scale
-		mx = max(mx, x[k])
-	}
+	mx := softmaxShift(x, j, scale, lanes[:], oddLanes[:])
 	sum := llm.ExpSum(x, mx)
 	sv := archsimd.BroadcastFloat32x8(sum)
 	for j = 0; j+8 <= n; j += 8 {
