@@ -44,7 +44,12 @@ func headNTInto(y, x []float32, rows, in int, w []float32, out int) {
 // dotFinish is the end of a logit's sum (see above) from u[l] = t[l] + t[l+4] and the
 // products past the last 16-wide block.
 func dotFinish(u *[4]float32, x, w []float32, k16 int) float32 {
-	s := (u[0] + u[2]) + (u[1] + u[3])
+	return dotTail((u[0]+u[2])+(u[1]+u[3]), x, w, k16)
+}
+
+// dotTail adds to s the products x[k]·w[k] past the last 16-wide block (k from k16), one by one
+// in increasing k: the end of every logit's sum.
+func dotTail(s float32, x, w []float32, k16 int) float32 {
 	for k := k16; k < len(x); k++ {
 		s += float32(x[k] * w[k]) // the conversion keeps the product rounded on its own
 	}

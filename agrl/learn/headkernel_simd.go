@@ -131,16 +131,10 @@ func dotRowsAVX2(x []float32, rows, in int, w []float32, n int, y []float32, ldy
 				dot4x3AVX2(n16, at(x, r*in), in, at(w, c*in), in, at(y, r*ldy+c), ldy, &lo)
 			}
 		}
-		if k16 < in { // the products past the last 16-wide block, in increasing k (dotFinish)
+		if k16 < in { // the products past the last 16-wide block
 			for r := range r4 {
-				xr := x[r*in : (r+1)*in]
 				for c := j0; c < j0+c3; c++ {
-					wc := w[c*in : (c+1)*in]
-					s := y[r*ldy+c]
-					for k := k16; k < in; k++ {
-						s += float32(xr[k] * wc[k])
-					}
-					y[r*ldy+c] = s
+					y[r*ldy+c] = dotTail(y[r*ldy+c], x[r*in:(r+1)*in], w[c*in:(c+1)*in], k16)
 				}
 			}
 		}

@@ -329,13 +329,11 @@ func (c arch) mlpResidual(nw, n int, lw *hostLayer, x, h, u []float32, lnc lnCac
 // before a trailing +0 term, would turn into +0 (TestCausalBlockKeepsBits).
 // forceCausalBlock, when set, replaces it (tests).
 func causalBlock() int {
-	switch {
-	case forceCausalBlock > 0:
+	if forceCausalBlock > 0 {
 		return forceCausalBlock
-	case gemmRowBlock() == 6:
-		return 18
 	}
-	return 16
+	rb := gemmRowBlock() // the smallest multiple of the kernel's rows from 16 on: 18 for 6, 16 for 4 and 8
+	return (16 + rb - 1) / rb * rb
 }
 
 var forceCausalBlock int

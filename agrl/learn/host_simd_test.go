@@ -240,9 +240,7 @@ func TestAsmKernelMatchesAVX2(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("needs a CPU with AVX2 and FMA")
 	}
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
-	useAVX2 = true
+	setAVX2(t, true)
 	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 16)), [][3]int{{6, 16, 1}, {6, 16, 5}, {7, 17, 9}, {12, 32, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {18, 48, 300}, {25, 23, 17}, {1, 16, 3}, {8, 16, 3}, {14, 33, 260}, {20, 64, 9}, {streamRows, 33, 9}, {streamRows + 5, 16, 40},
 		{25, 70, 40}, {12, 64, 1}, {30, 80, 300}, {streamRows + 13, 96, 7}}) // the last four: transposed A packed (12+ rows, 64+ columns)
 }
@@ -253,9 +251,7 @@ func TestCausalBlockKeepsBitsAVX2(t *testing.T) {
 	if !hasAVX2 || !hasAVX512 {
 		t.Skip("needs a CPU with AVX-512 and AVX2 (without AVX-512, TestCausalBlockKeepsBits runs the AVX2 path)")
 	}
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
-	useAVX2 = true
+	setAVX2(t, true)
 	causalBlockKeepsBits(t)
 }
 
@@ -266,9 +262,7 @@ func TestAsmKernelMatchesAVX512(t *testing.T) {
 	if !hasAVX512 {
 		t.Skip("needs a CPU with AVX-512")
 	}
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
-	useAVX2 = false
+	setAVX2(t, false)
 	asmMatchesKernels(t, rand.New(rand.NewPCG(6, 17)), [][3]int{{8, 32, 1}, {8, 32, 5}, {9, 33, 9}, {16, 64, 33}, {13, 40, 2}, {5, 16, 4}, {10, 31, 7}, {24, 96, 300}, {25, 23, 17}, {1, 32, 3}, {12, 48, 3}, {17, 65, 260}, {40, 64, 9}, {8, 16, 4}})
 }
 
@@ -331,9 +325,7 @@ func TestNarrowColumnsMatchPanels(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("needs a CPU with AVX2 and FMA")
 	}
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
-	useAVX2 = true
+	setAVX2(t, true)
 	narrowMatchPadded(t, rand.New(rand.NewPCG(6, 18)), 6, []int{0}, 8, 16)
 }
 
@@ -397,4 +389,12 @@ func narrowMatchPadded(t *testing.T, rng *rand.Rand, m int, wides []int, maxW, b
 			}
 		}
 	}
+}
+
+// setAVX2 sets useAVX2 (the AVX2 path on a CPU that has AVX-512 too, or not) until the test
+// ends.
+func setAVX2(t *testing.T, on bool) {
+	saved := useAVX2
+	t.Cleanup(func() { useAVX2 = saved })
+	useAVX2 = on
 }

@@ -19,13 +19,11 @@ func TestSoftmaxKernel(t *testing.T) {
 	if !hostKernels {
 		t.Skip("the softmax kernel needs the host kernels (an AVX-512 or AVX2 CPU)")
 	}
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
 	for _, avx2 := range []bool{false, true} {
 		if avx2 && !hasAVX2 || !avx2 && !hasAVX512 {
 			continue
 		}
-		useAVX2 = avx2
+		setAVX2(t, avx2)
 		t.Run(map[bool]string{false: "avx512", true: "avx2"}[avx2], testSoftmaxKernel)
 	}
 }
