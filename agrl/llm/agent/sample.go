@@ -80,10 +80,7 @@ func logSoftmax(dst []float64, z []float32, invT float64) error {
 	for j, v := range z {
 		dst[j] = float64(v) * invT
 	}
-	var sum float64
-	for _, x := range dst {
-		sum += math.Exp(x - mx)
-	}
+	sum, _ := expSums(z, invT, mx)
 	lse := mx + math.Log(sum)
 	for j := range dst {
 		dst[j] -= lse

@@ -256,17 +256,48 @@ func rowStats(z []float32, invT float64) (lse, ent float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	var sum, sd float64
-	for _, v := range z {
-		// The conversions round each product as logSoftmax's store does: without them an
-		// architecture with fused multiply-adds (arm64) may fuse the product and the
-		// difference, and the log-probs would differ from the sampler's in the last bit.
-		d := float64(float64(v)*invT) - mx
-		e := math.Exp(d)
-		sum += e
-		if e != 0 {
-			sd += e * d
+	sum, sd := expSums(z, invT, mx)
+	return mx + math.Log(sum), math.Log(sum) - sd/sum, nil
+}
+
+// expSums returns Σe and Σe·d over z in order, d = float64(float64(z[j])·invT) − mx and e =
+// math.Exp(d), the terms with e = 0 left out of the second (d = −∞ would make e·d NaN): the
+// sums of logSoftmax and rowStats. Where SetExpSums installed a kernel, it takes the row as
+// far as it can and the loop below the rest, the sums running on from one to the other.
+func expSums(z []float32, invT, mx float64) (sum, sd float64) {
+	for j := 0; j < len(z); {
+		if expSumsKernel != nil {
+			var n int
+			n, sum, sd = expSumsKernel(z[j:], invT, mx, sum, sd)
+			j += n
+		}
+		for end := min(j+4, len(z)); j < end; j++ {
+			// The conversions round each product as logSoftmax's store does: without them an
+			// architecture with fused multiply-adds (arm64) may fuse the product and the
+			// difference, and the log-probs would differ from the sampler's in the last bit.
+			d := float64(float64(z[j])*invT) - mx
+			e := math.Exp(d)
+			sum += e
+			if e != 0 {
+				sd += e * d
+			}
 		}
 	}
-	return mx + math.Log(sum), math.Log(sum) - sd/sum, nil
+	return sum, sd
+}
+
+// expSumsKernel, when set by SetExpSums, runs expSums' loop over a prefix of a row.
+var expSumsKernel func(z []float32, invT, mx, sum, sd float64) (n int, sum2, sd2 float64)
+
+// SetExpSums installs f for the exponentials and sums over the vocabulary that every sampled
+// and scored position pays for (the log-softmax's normaliser and the scorer's entropy):
+// f(z, invT, mx, sum, sd) goes on with expSums' loop from the running sums sum and sd over the
+// first n elements of z, n of its choosing (0 included: the loop then takes the next few
+// elements itself), and returns n and the sums after them. They must be the loop's bits: the
+// same d, math.Exp's exponentials on this CPU, added in the same order — agrl/learn installs
+// one on AVX2 CPUs with FMA (GOEXPERIMENT=simd builds) that computes four exponentials at a
+// time with math.Exp's own steps. nil restores the loop. Set it before any sampling or
+// scoring, not concurrently with them.
+func SetExpSums(f func(z []float32, invT, mx, sum, sd float64) (n int, sum2, sd2 float64)) {
+	expSumsKernel = f
 }
