@@ -398,3 +398,13 @@ func setAVX2(t *testing.T, on bool) {
 	t.Cleanup(func() { useAVX2 = saved })
 	useAVX2 = on
 }
+
+// TestTransposeBlockAVX2: TestTransposeBlock's checks on the AVX2 kernel's 8×8 tiles, which
+// transposeBlock takes on a CPU without AVX-512 (and here on one with it as well).
+func TestTransposeBlockAVX2(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2")
+	}
+	setAVX2(t, true)
+	TestTransposeBlock(t)
+}

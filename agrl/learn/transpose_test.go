@@ -11,7 +11,7 @@ import (
 	"agrl.dev/agrl/llm"
 )
 
-// TestTransposeBlock: the transposes (the AVX-512 tile kernel where the CPU has it, the
+// TestTransposeBlock: the transposes (the AVX-512 or AVX2 tile kernel where the CPU has one, the
 // loop, and the two split over workers) put src[i·lds+j] at dst[j·ldd+i], or add it there
 // with one float32 addition, for sides that are and are not multiples of the 16×16 tile and
 // rows longer than the matrix; they leave the rest of dst as it was (the padding past r
