@@ -8,7 +8,7 @@ import "agrl.dev/agrl/llm/agent"
 // (agent.SetExpSums: the log-softmax's normaliser, and the scorer's log-sum-exp and entropy),
 // float64 exponentials of the 49,152 to 151,936 logits of a real model's row. math.Exp took
 // them one call at a time: 7% of a scoring pass's CPU at the SmolLM2-135M shape on a Zen 3
-// EPYC (docs/performance.md, "The vocabulary's exponentials four at a time").
+// EPYC (docs/performance.md, "The vocabulary's exponentials and the AVX2 transposes").
 func init() {
 	if hasAVX2 { // AVX2 and FMA: math.Exp's FMA branch is the one this CPU runs
 		agent.SetExpSums(expSumsFMA)
