@@ -2,7 +2,11 @@
 
 package learn
 
-import "agrl.dev/agrl/llm/agent"
+import (
+	"simd/archsimd"
+
+	"agrl.dev/agrl/llm/agent"
+)
 
 // The sums over the vocabulary behind every sampled and scored position of a pretrained policy
 // (agent.SetExpSums: the log-softmax's normaliser, and the scorer's log-sum-exp and entropy),
@@ -10,10 +14,16 @@ import "agrl.dev/agrl/llm/agent"
 // them one call at a time: 7% of a scoring pass's CPU at the SmolLM2-135M shape on a Zen 3
 // EPYC (docs/performance.md, "The vocabulary's exponentials and the AVX2 transposes").
 func init() {
-	if hasAVX2 { // AVX2 and FMA: math.Exp's FMA branch is the one this CPU runs
+	if expSumsOK() {
 		agent.SetExpSums(expSumsFMA)
 	}
 }
+
+// expSumsOK reports whether expSumsFMA runs here with math.Exp's bits: the CPU has AVX2 and
+// FMA for the kernel, and AVX as well, the condition under which math.Exp takes its FMA
+// branch (math's useFMA, AVX and FMA). AVX2 implies AVX on every CPU, but GODEBUG=cpu.avx=off
+// clears AVX alone, and math.Exp then runs its branch without FMA, whose bits differ.
+func expSumsOK() bool { return hasAVX2 && archsimd.X86.AVX() }
 
 // expSumsFMA goes on with agent's expSums loop over z from the running sums: blocks of four
 // exponentials on AVX2 vectors, with math.Exp's steps and bits, the sums added in element

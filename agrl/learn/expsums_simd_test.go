@@ -47,8 +47,8 @@ func expSumsDriven(z []float32, invT, mx float64) (sum, sd float64, taken int) {
 // the points where k = round(d·log2 e) changes (d = (m + ½)·ln 2, a few ulps either side),
 // and near 0.
 func TestExpSumsFMAExp(t *testing.T) {
-	if !hasAVX2 {
-		t.Skip("no AVX2 and FMA")
+	if !expSumsOK() {
+		t.Skip("no AVX, AVX2 and FMA")
 	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	var ds []float64
@@ -61,7 +61,7 @@ func TestExpSumsFMAExp(t *testing.T) {
 			ds = append(ds, math.Float64frombits(uint64(int64(math.Float64bits(b))+int64(u))))
 		}
 	}
-	ds = append(ds, 0, math.Copysign(0, -1), 1e-300, -1e-300, 1e-17, -1e-17, 0.5, -0.5, math.Ln2, -math.Ln2)
+	ds = append(ds, 0, 1e-300, -1e-300, 1e-17, -1e-17, 0.5, -0.5, math.Ln2, -math.Ln2)
 	for i, d := range ds {
 		// d_j = float64(z_j)·1 − mx: z_p = 0 gives d = −mx exactly; the others are −680-ish.
 		mx := -d
@@ -80,14 +80,50 @@ func TestExpSumsFMAExp(t *testing.T) {
 	}
 }
 
+// TestExpSumsFMABlocks: blocks of four independent d each, over the whole range the kernel
+// takes ([−700, 700], a quarter of the lanes in [−700, −600], and the ends themselves), give
+// both sums as the loop does, bit for bit; a d just past either end stops the kernel.
+func TestExpSumsFMABlocks(t *testing.T) {
+	if !expSumsOK() {
+		t.Skip("no AVX, AVX2 and FMA")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	z := make([]float32, 4)
+	for i := range 200000 {
+		mx := 0.0
+		for l := range z {
+			var d float64
+			switch {
+			case i < 4:
+				d = []float64{-700, 700, -700, 700}[(i+l)%4]
+			case rng.IntN(4) == 0:
+				d = -700 + 100*rng.Float64()
+			default:
+				d = -700 + 1400*rng.Float64()
+			}
+			z[l] = float32(d) // d = float64(z)·1 − 0: exact
+		}
+		n, sum, sd := expSumsFMA(z, 1, mx, 0.5, -0.25)
+		wantSum, wantSD := expSumsLoop(z, 1, mx, 0.5, -0.25)
+		if n != 4 || math.Float64bits(sum) != math.Float64bits(wantSum) || math.Float64bits(sd) != math.Float64bits(wantSD) {
+			t.Fatalf("block %v: took %d, Σe %v Σe·d %v, loop %v %v", z, n, sum, sd, wantSum, wantSD)
+		}
+	}
+	for _, past := range []float32{math.Nextafter32(700, 800), math.Nextafter32(-700, -800)} {
+		if n, _, _ := expSumsFMA([]float32{0, past, 0, 0, 0, 0, 0, 0}, 1, 0, 0, 0); n != 0 {
+			t.Errorf("d = %v: the kernel took %d elements, want 0", past, n)
+		}
+	}
+}
+
 // TestExpSumsFMARows: over whole rows the kernel and agent's loop give the same Σe and Σe·d
 // bits, with the kernel stopping where it must: rows of every length up to 37 and one of
 // SmolLM2's vocabulary size, the sampler's and scorer's temperatures, and rows holding −∞
 // logits, logits far below the maximum (d < −700, which the kernel leaves to the loop) and
 // the maximum itself (d = 0).
 func TestExpSumsFMARows(t *testing.T) {
-	if !hasAVX2 {
-		t.Skip("no AVX2 and FMA")
+	if !expSumsOK() {
+		t.Skip("no AVX, AVX2 and FMA")
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	lengths := []int{49152}
@@ -135,8 +171,8 @@ func TestExpSumsFMARows(t *testing.T) {
 // rollout samples the same tokens with the same log-probs and the scorer gives the same
 // log-probs and entropies, bit for bit (the tiny Qwen3 fixture: 320 logits a row, 80 blocks).
 func TestExpSumsKernelScores(t *testing.T) {
-	if !hasAVX2 {
-		t.Skip("no AVX2 and FMA")
+	if !expSumsOK() {
+		t.Skip("no AVX, AVX2 and FMA")
 	}
 	p, err := LoadPretrained(agrl.Pretrained(tinyQwen3(t)), 1)
 	if err != nil {
@@ -148,9 +184,15 @@ func TestExpSumsKernelScores(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { agent.SetExpSums(expSumsFMA) })
+	taken := 0 // elements the kernel took
+	counted := func(z []float32, invT, mx, sum, sd float64) (int, float64, float64) {
+		n, sum, sd := expSumsFMA(z, invT, mx, sum, sd)
+		taken += n
+		return n, sum, sd
+	}
 	run := func(kernel bool) ([]*agrl.Episode, []TokenScores) {
 		if kernel {
-			agent.SetExpSums(expSumsFMA)
+			agent.SetExpSums(counted)
 		} else {
 			agent.SetExpSums(nil)
 		}
@@ -180,8 +222,8 @@ func TestExpSumsKernelScores(t *testing.T) {
 			t.Errorf("episode %d: scores differ with the kernel", i)
 		}
 	}
-	if sampled == 0 {
-		t.Error("no sampled token to compare")
+	if sampled == 0 || taken == 0 {
+		t.Errorf("nothing compared: %d sampled tokens, %d elements through the kernel", sampled, taken)
 	}
 }
 
@@ -190,8 +232,8 @@ var expSumsSink float64
 // BenchmarkExpSums times one row's Σe and Σe·d at SmolLM2's and Qwen3's vocabulary sizes, by
 // agent's loop (math.Exp) and with the kernel (ns a row; ns/element = ns/op ÷ the size).
 func BenchmarkExpSums(b *testing.B) {
-	if !hasAVX2 {
-		b.Skip("no AVX2 and FMA")
+	if !expSumsOK() {
+		b.Skip("no AVX, AVX2 and FMA")
 	}
 	for _, n := range []int{49152, 151936} {
 		rng := rand.New(rand.NewPCG(1, 2))

@@ -11,11 +11,11 @@ import (
 	"agrl.dev/agrl/llm"
 )
 
-// TestTransposeBlock: the transposes (the AVX-512 or AVX2 tile kernel where the CPU has one, the
-// loop, and the two split over workers) put src[i·lds+j] at dst[j·ldd+i], or add it there
-// with one float32 addition, for sides that are and are not multiples of the 16×16 tile and
-// rows longer than the matrix; they leave the rest of dst as it was (the padding past r
-// columns and the rows past c), and all give the same bits.
+// TestTransposeBlock: the transposes (the AVX-512 or AVX2 tile kernel where the CPU has one,
+// the loop, and the two split over workers) put src[i·lds+j] at dst[j·ldd+i], or add it there
+// with one float32 addition, for sides that are and are not multiples of the 16×16 and 8×8
+// tiles and rows longer than the matrix; they leave the rest of dst as it was (the padding
+// past r columns and the rows past c), and all give the same bits.
 func TestTransposeBlock(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	kernels := []struct {
