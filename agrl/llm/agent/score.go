@@ -257,7 +257,8 @@ func rowStats(z []float32, invT float64) (lse, ent float64, err error) {
 		return 0, 0, err
 	}
 	sum, sd := expSums(z, invT, mx)
-	return mx + math.Log(sum), math.Log(sum) - sd/sum, nil
+	logSum := math.Log(sum)
+	return mx + logSum, logSum - sd/sum, nil
 }
 
 // expSums returns Σe and Σe·d over z in order, d = float64(float64(z[j])·invT) − mx and e =
