@@ -36,9 +36,13 @@ func gemmRowsK(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb 
 	if ai == 1 && gemmRowBlock() == 6 {
 		least = max(least, min(64, (m+workers-1)/max(workers, 1)))
 	}
+	// B's columns copied once as 16-wide panels, where the kernels read them faster so
+	// (packPanels); every piece reads the same copy.
+	pb, buf := packPanels(workers, m, n, kk, b, ldb)
 	chunked(workers, m, gemmRowBlock(), least, func(lo, hi int) {
-		gemmK(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, c[lo*ldc:], ldc, load)
+		gemmKP(hi-lo, n, kk, a[lo*ai:], ai, ak, b, ldb, pb, c[lo*ldc:], ldc, load)
 	})
+	releasePanels(buf)
 }
 
 // gemm adds op(A)·B into C; gemmSet stores it (C's previous values are never read).

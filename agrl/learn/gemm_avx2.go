@@ -31,9 +31,9 @@ func loadC8(p *float32, load bool) archsimd.Float32x8 {
 // gemmAVX2 is gemmK's body on AVX2: with the assembly kernel, gemmFMA; without it (tests
 // compare the two), blocks of 4 rows × 16 columns (kernel4x16AVX2, 8 accumulators), then
 // single rows, the columns past the last multiple of 16 going 8 at a time (kernel1x8AVX2).
-func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb panels, c []float32, ldc int, load bool) {
 	if useAsm {
-		gemmFMA(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
+		gemmFMA(m, n, kk, a, ai, ak, b, ldb, pb, c, ldc, load)
 		return
 	}
 	i := 0
@@ -72,7 +72,7 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []f
 // are the outer loop, so that a panel of B stays in the L1 cache while every row block passes
 // over it (on the 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on
 // one Zen 3 core), and A's row blocks are packed once per product (packA6).
-func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb panels, c []float32, ldc int, load bool) {
 	pf := 0
 	if m < streamRows {
 		pf = 32
@@ -142,11 +142,14 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 		case packed != nil:
 			ap, ai1, ak1 = &packed[i*kk], 1, 6
 		}
+		bp, ldb1 := at(b, j), ldb
+		if pb.p != nil && j < n16 {
+			bp, ldb1 = &pb.p[j/16*pb.stride], 16
+		}
 		if i < m6 && j < n16 {
-			kernel6x16FMA(kk, ap, ai1, ak1, at(b, j), ldb, at(c, i*ldc+j), ldc, pf, load)
+			kernel6x16FMA(kk, ap, ai1, ak1, bp, ldb1, at(c, i*ldc+j), ldc, pf, load)
 			return
 		}
-		bp, ldb1 := at(b, j), ldb
 		m0, m1, wide := all, all, true
 		if j == n16 {
 			bp, ldb1, m0, m1, wide = &e.b[0], 16, lo, hi, n-n16 > 8
@@ -184,6 +187,82 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []fl
 			}
 		}
 	}
+}
+
+// panels is B's full 16-column panels (its first n&^15 columns) copied one after another
+// as [k][16]: B[k, 16q + j] at p[q·stride + 16k + j]. From gemmRowsK's products on the AVX2
+// path, where the 6-row blocks of every piece of C read each panel (packPanels).
+type panels struct {
+	p      []float32 // nil: the kernels read B where it is
+	stride int       // floats from a panel to the next
+}
+
+// from is pb for the contraction's steps from k0 on.
+func (pb panels) from(k0 int) panels {
+	if pb.p == nil {
+		return pb
+	}
+	return panels{pb.p[16*k0:], pb.stride}
+}
+
+// packPanels copies B's full 16-column panels for a product of gemmRowsK, where that makes
+// the kernels faster: on the AVX2 assembly path, products of at least streamRows rows (the
+// training steps'; a decoding step's few rows read their weights once, from memory, and a
+// copy would only add a pass), at least four panels, and a copy of at most packMax floats.
+// Read in place, B's rows are ldb floats apart, and a row length of 512 floats (2 KB) maps
+// every row of a panel onto the same two sets of a Zen 3 core's 32 KB 8-way L1 cache (one
+// of 128: 64 sets of 64-byte lines), so that a 6-row block's contraction over 128 rows of B
+// misses L1 at every step; a packed panel is 8 KB of consecutive lines. The copy is one
+// read and one write of B, which the product reads once per 6-row block of C. The workers
+// copy the panels between them; buf goes back with releasePanels.
+func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32) {
+	n16 := n &^ 15
+	if !useAVX2 || !useAsm || !packOn || m < streamRows || n16 < 64 || n16*kk > packMax {
+		return panels{}, nil
+	}
+	buf := fmaPanelPool.Get().(*[]float32)
+	if cap(*buf) < n16*kk {
+		*buf = make([]float32, n16*kk)
+	}
+	p := (*buf)[:n16*kk]
+	_ = b[(kk-1)*ldb+n16-1]
+	chunked(workers, n16/16, 1, 2, func(lo, hi int) {
+		for q := lo; q < hi; q++ {
+			packB16(kk, b[16*q:], ldb, p[q*16*kk:])
+		}
+	})
+	return panels{p, 16 * kk}, buf
+}
+
+// releasePanels returns packPanels' buffer (nil: none) to its pool.
+func releasePanels(buf *[]float32) {
+	if buf != nil {
+		fmaPanelPool.Put(buf)
+	}
+}
+
+// packOn lets tests compare products with and without packPanels' copies.
+var packOn = true
+
+// packMax bounds packPanels' copies (8 MB): the Tiny model's weight gradients over a batch of
+// 4,096 tokens, not a pretrained model's LM head (49,152 × 576 floats), whose input gradient
+// is a product of gemmRows as well.
+const packMax = 1 << 21
+
+var fmaPanelPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// packB16 copies B's 16 columns from b (B[0, j]) over kk rows ldb floats apart into
+// dst[:16·kk] as [k][16].
+func packB16(kk int, b []float32, ldb int, dst []float32) {
+	_ = b[(kk-1)*ldb+15]
+	_ = dst[16*kk-1]
+	pb, pd := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(dst))
+	for range kk {
+		load8((*float32)(pb)).Store((*[8]float32)(pd))
+		load8((*float32)(unsafe.Add(pb, 32))).Store((*[8]float32)(unsafe.Add(pd, 32)))
+		pb, pd = unsafe.Add(pb, 4*ldb), unsafe.Add(pd, 64)
+	}
+	clearUpper8x2()
 }
 
 // fmaEdges is gemmFMA's scratch for the edge blocks: A's last rows, B's last columns (each

@@ -12,6 +12,19 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 }
 
+// panels is B copied as 16-column panels (gemm_avx2.go); this build never copies it.
+type panels struct{}
+
+func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32) {
+	return panels{}, nil
+}
+
+func releasePanels(*[]float32) {}
+
+func gemmKP(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, _ panels, c []float32, ldc int, load bool) {
+	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
+}
+
 // expSum replaces every x[j] by e^(x[j]−shift) and returns their sum.
 func expSum(x []float32, shift float32) float32 { return expSumScalar(x, shift) }
 

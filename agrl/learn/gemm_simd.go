@@ -34,6 +34,11 @@ func gemmRowBlock() int {
 
 // gemmK adds op(A)·B into C, or stores it with load false (see gemm.go).
 func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []float32, ldc int, load bool) {
+	gemmKP(m, n, kk, a, ai, ak, b, ldb, panels{}, c, ldc, load)
+}
+
+// gemmKP is gemmK reading B's full 16-column panels from pb where it holds them (packPanels).
+func gemmKP(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb panels, c []float32, ldc int, load bool) {
 	if !(hasAVX512 || useAVX2) || m == 0 || n == 0 || kk == 0 {
 		gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 		return
@@ -48,12 +53,12 @@ func gemmK(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, c []floa
 	// over all the batch's tokens). Each element's chain of multiply-adds keeps its order.
 	if kk > kBlock {
 		for k0 := 0; k0 < kk; k0 += kBlock {
-			gemmK(m, n, min(kBlock, kk-k0), a[k0*ak:], ai, ak, b[k0*ldb:], ldb, c, ldc, load || k0 > 0)
+			gemmKP(m, n, min(kBlock, kk-k0), a[k0*ak:], ai, ak, b[k0*ldb:], ldb, pb.from(k0), c, ldc, load || k0 > 0)
 		}
 		return
 	}
 	if useAVX2 {
-		gemmAVX2(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
+		gemmAVX2(m, n, kk, a, ai, ak, b, ldb, pb, c, ldc, load)
 		return
 	}
 	// Blocks of 8 rows × 32 columns (kernel8x32AVX512, 16 accumulators), the 8-row blocks'

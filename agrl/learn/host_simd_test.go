@@ -408,3 +408,61 @@ func TestTransposeBlockAVX2(t *testing.T) {
 	setAVX2(t, true)
 	TestTransposeBlock(t)
 }
+
+// TestPackedPanelsKeepBits runs gemmRowsK's products on the AVX2 path with B's 16-column
+// panels copied first (packPanels) and read in place, and requires the same bits: row counts
+// around the 6-row block and streamRows, columns past the last panel, contractions past
+// kBlock, both layouts of A, a strided B and C, adding and storing, one worker and two. It
+// also requires that the shapes meant to be packed were (a packPanels that never copied
+// would pass the comparison alone), and two whole training steps with and without the copies.
+func TestPackedPanelsKeepBits(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("needs a CPU with AVX2 and FMA")
+	}
+	setAVX2(t, true)
+	defer func() { packOn = true }()
+	rng := rand.New(rand.NewPCG(16, 64))
+	for _, sh := range [][3]int{{streamRows, 64, 1}, {streamRows, 64, 9}, {70, 79, 40}, {131, 512, 128}, {97, 209, 300},
+		{160, 128, 600}, {streamRows - 1, 128, 16}, {200, 48, 16}, {streamRows, 64, packMax/64 + 1}} {
+		m, n, kk := sh[0], sh[1], sh[2]
+		ldb, ldc := n+3, n+5
+		a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*ldb), randNormals(rng, m*ldc)
+		packOn = true
+		pb, buf := packPanels(2, m, n, kk, b, ldb)
+		releasePanels(buf)
+		if want := m >= streamRows && n >= 64 && n&^15*kk <= packMax; (pb.p != nil) != want {
+			t.Fatalf("%v: packPanels copied B: %v, want %v", sh, pb.p != nil, want)
+		}
+		for _, trans := range []bool{false, true} {
+			ai, ak := kk, 1
+			if trans {
+				ai, ak = 1, m
+			}
+			for _, load := range []bool{true, false} {
+				for _, workers := range []int{1, 2} {
+					var got [2][]float32
+					for i, on := range []bool{true, false} {
+						packOn = on
+						got[i] = slices.Clone(c)
+						gemmRowsK(workers, m, n, kk, a, ai, ak, b, ldb, got[i], ldc, load)
+					}
+					packOn = true
+					for i := range got[0] {
+						if math.Float32bits(got[0][i]) != math.Float32bits(got[1][i]) {
+							t.Fatalf("%v transposed %v load %v workers %d: element %d: packed %v, in place %v",
+								sh, trans, load, workers, i, got[0][i], got[1][i])
+						}
+					}
+				}
+			}
+		}
+	}
+	packOn = true
+	with := twoHostSteps(t, 2)
+	packOn = false
+	without := twoHostSteps(t, 2)
+	packOn = true
+	if d := maxDiff(with, without); d != 0 {
+		t.Errorf("weights after two steps: packing B's panels changes them by %g", d)
+	}
+}
