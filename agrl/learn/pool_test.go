@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestParallelRunsEveryPartOnce checks that parallel runs each part exactly once with the
@@ -82,6 +83,32 @@ func TestParallelRunsEveryPartOnce(t *testing.T) {
 		for i := range seen {
 			if seen[i].Load() != 1 {
 				t.Fatalf("chunked(%d, %d): item %d covered %d times", workers, n, i, seen[i].Load())
+			}
+		}
+	}
+}
+
+// TestParallelWaitsForSlowParts: parallel returns only once every part has finished, when the
+// helpers' parts end while the caller polls (await) and when they end after it has given up
+// polling and blocks (parts longer than poolSpin).
+func TestParallelWaitsForSlowParts(t *testing.T) {
+	old := runtime.GOMAXPROCS(2)
+	defer runtime.GOMAXPROCS(old)
+	for _, d := range []time.Duration{0, 50 * time.Microsecond, poolSpin / 2, 3 * poolSpin} {
+		for range 20 {
+			for _, nw := range []int{2, 3, 8} {
+				finished := make([]atomic.Bool, nw)
+				parallel(nw, func(w, _ int) {
+					if w > 0 { // part 0 (often the caller's) ends first, the others after it
+						time.Sleep(d)
+					}
+					finished[w].Store(true)
+				})
+				for w := range finished {
+					if !finished[w].Load() {
+						t.Fatalf("parts of %v, %d parts: parallel returned before part %d finished", d, nw, w)
+					}
+				}
 			}
 		}
 	}
