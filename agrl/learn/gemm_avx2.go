@@ -5,6 +5,7 @@ package learn
 import (
 	"simd/archsimd"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -73,6 +74,9 @@ func gemmAVX2(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb pa
 // over it (on the 6×120×256 benchmark shape that took kernel6x16FMA from 46 to 75 GFLOP/s on
 // one Zen 3 core), and A's row blocks are packed once per product (packA6).
 func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb panels, c []float32, ldc int, load bool) {
+	if pb.p != nil {
+		panelReads.Add(1)
+	}
 	pf := 0
 	if m < streamRows {
 		pf = 32
@@ -210,14 +214,14 @@ func (pb panels) from(k0 int) panels {
 // training steps'; a decoding step's few rows read their weights once, from memory, and a
 // copy would only add a pass), at least four panels, and a copy of at most packMax floats.
 // Read in place, B's rows are ldb floats apart, and a row length of 512 floats (2 KB) maps
-// every row of a panel onto the same two sets of a Zen 3 core's 32 KB 8-way L1 cache (one
-// of 128: 64 sets of 64-byte lines), so that a 6-row block's contraction over 128 rows of B
+// every row of a panel onto the same 2 of the 64 sets (of 64-byte lines) of a Zen 3 core's
+// 32 KB 8-way L1 cache, 16 lines in all, so that a 6-row block's contraction over 128 rows of B
 // misses L1 at every step; a packed panel is 8 KB of consecutive lines. The copy is one
 // read and one write of B, which the product reads once per 6-row block of C. The workers
 // copy the panels between them; buf goes back with releasePanels.
 func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32) {
 	n16 := n &^ 15
-	if !useAVX2 || !useAsm || !packOn || m < streamRows || n16 < 64 || n16*kk > packMax {
+	if !useAVX2 || !useAsm || !packOn || m < streamRows || n16 < 64 || kk == 0 || n16*kk > packMax {
 		return panels{}, nil
 	}
 	buf := fmaPanelPool.Get().(*[]float32)
@@ -241,8 +245,12 @@ func releasePanels(buf *[]float32) {
 	}
 }
 
-// packOn lets tests compare products with and without packPanels' copies.
-var packOn = true
+// packOn lets tests compare products with and without packPanels' copies; panelReads
+// counts gemmFMA's calls that read a copy (tests check that a training step makes some).
+var (
+	packOn     = true
+	panelReads atomic.Int64
+)
 
 // packMax bounds packPanels' copies (8 MB): the Tiny model's weight gradients over a batch of
 // 4,096 tokens, not a pretrained model's LM head (49,152 × 576 floats), whose input gradient

@@ -414,7 +414,9 @@ func TestTransposeBlockAVX2(t *testing.T) {
 // around the 6-row block and streamRows, columns past the last panel, contractions past
 // kBlock, both layouts of A, a strided B and C, adding and storing, one worker and two. It
 // also requires that the shapes meant to be packed were (a packPanels that never copied
-// would pass the comparison alone), and two whole training steps with and without the copies.
+// would pass the comparison alone), and two whole training steps with and without the copies,
+// the first of which must read some (panelReads: a gemmRowsK that stopped handing its copy to
+// the kernels would pass the rest).
 func TestPackedPanelsKeepBits(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("needs a CPU with AVX2 and FMA")
@@ -423,14 +425,14 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 	defer func() { packOn = true }()
 	rng := rand.New(rand.NewPCG(16, 64))
 	for _, sh := range [][3]int{{streamRows, 64, 1}, {streamRows, 64, 9}, {70, 79, 40}, {131, 512, 128}, {97, 209, 300},
-		{160, 128, 600}, {streamRows - 1, 128, 16}, {200, 48, 16}, {streamRows, 64, packMax/64 + 1}} {
+		{160, 128, 600}, {streamRows - 1, 128, 16}, {200, 48, 16}, {streamRows, 64, packMax/64 + 1}, {streamRows, 64, 0}} {
 		m, n, kk := sh[0], sh[1], sh[2]
 		ldb, ldc := n+3, n+5
-		a, b, c := randNormals(rng, m*kk), randNormals(rng, kk*ldb), randNormals(rng, m*ldc)
+		a, b, c := randNormals(rng, max(m*kk, m)), randNormals(rng, kk*ldb), randNormals(rng, m*ldc) // kk = 0: A transposed still has its m rows
 		packOn = true
 		pb, buf := packPanels(2, m, n, kk, b, ldb)
 		releasePanels(buf)
-		if want := m >= streamRows && n >= 64 && n&^15*kk <= packMax; (pb.p != nil) != want {
+		if want := m >= streamRows && n >= 64 && kk > 0 && n&^15*kk <= packMax; (pb.p != nil) != want {
 			t.Fatalf("%v: packPanels copied B: %v, want %v", sh, pb.p != nil, want)
 		}
 		for _, trans := range []bool{false, true} {
@@ -458,7 +460,11 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 		}
 	}
 	packOn = true
+	reads := panelReads.Load()
 	with := twoHostSteps(t, 2)
+	if panelReads.Load() == reads {
+		t.Fatal("two training steps read no copy of B's panels")
+	}
 	packOn = false
 	without := twoHostSteps(t, 2)
 	packOn = true

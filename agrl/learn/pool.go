@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The host code's worker pool. A training step of the Tiny model is 60–70 parallel stages of
+// The host code's worker pool. A training step of the Tiny model is about 100 parallel stages of
 // a millisecond or less each; starting a goroutine per stage left the second core
 // idle for the first ~0.1 ms of every one (the runtime wakes a parked thread for it), about
 // a tenth of a step (docs/performance.md, "Keeping both cores busy"). The pool's helpers stay
@@ -46,9 +46,12 @@ func (j *poolJob) run() {
 // await returns when every part of the job has finished. It polls, as an idle helper does,
 // for up to poolSpin, and only then blocks on done: blocking at once parked the caller's
 // thread whenever a helper's part ended after the caller's, and waking it cost more than the
-// wait (a 2-core Zen 3's warm-start step spent about 2 ms of its 35–40 in the caller's
+// wait (a 2-core Zen 3's warm-start step spent 1.9–2.7 ms of its 34–40 in the caller's
 // WaitGroup.Wait, 0.6–1.8 ms polling; docs/performance.md, "A stage's end").
 func (j *poolJob) await() {
+	if j.left.Load() == 0 {
+		return // every Done is in: done.Wait would return at once
+	}
 	start := time.Now()
 	for spins := 0; j.left.Load() > 0; spins++ {
 		if spins%64 == 63 {

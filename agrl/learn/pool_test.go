@@ -88,9 +88,11 @@ func TestParallelRunsEveryPartOnce(t *testing.T) {
 	}
 }
 
-// TestParallelWaitsForSlowParts: parallel returns only once every part has finished, when the
-// helpers' parts end while the caller polls (await) and when they end after it has given up
-// polling and blocks (parts longer than poolSpin).
+// TestParallelWaitsForSlowParts: parallel returns only once every part has finished. Every
+// part but part 0 sleeps, for nothing, for less than poolSpin and for longer, so that (as the
+// scheduler allows: nothing here forces who runs which part) the caller often finishes first
+// and waits, by polling alone or by polling and then blocking. An await that stops at one
+// unfinished part, or that gives up polling without blocking, fails it.
 func TestParallelWaitsForSlowParts(t *testing.T) {
 	old := runtime.GOMAXPROCS(2)
 	defer runtime.GOMAXPROCS(old)
@@ -99,7 +101,7 @@ func TestParallelWaitsForSlowParts(t *testing.T) {
 			for _, nw := range []int{2, 3, 8} {
 				finished := make([]atomic.Bool, nw)
 				parallel(nw, func(w, _ int) {
-					if w > 0 { // part 0 (often the caller's) ends first, the others after it
+					if w > 0 {
 						time.Sleep(d)
 					}
 					finished[w].Store(true)
