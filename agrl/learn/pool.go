@@ -54,6 +54,7 @@ func (j *poolJob) await() {
 	}
 	start := time.Now()
 	for spins := 0; j.left.Load() > 0; spins++ {
+		spinPause()
 		if spins%64 == 63 {
 			if time.Since(start) > poolSpin {
 				break
@@ -88,6 +89,7 @@ func helper() {
 				idle = time.Now()
 				continue
 			}
+			spinPause()
 			if spins%64 == 63 {
 				if time.Since(idle) > poolSpin {
 					break
