@@ -79,14 +79,11 @@ demo:
 	$(GO) run ./agrl/cmd/agrl sample --env multihop -n 1
 	$(GO) run ./agrl/cmd/agrl sample --env filesearch -n 1
 
-## fuzz: run every fuzz target for FUZZTIME each (default 60s), one after another
+## fuzz: run every fuzz target for FUZZTIME each (default 60s), one after another, and list the
+## failures at the end (scripts/fuzz.sh: a target that Go 1.26 ends at the deadline without an
+## input, go.dev/issue/75804, is run once more)
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$target"; \
-	    $(GO) test $$pkg -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) -parallel 2; \
-	  done; \
-	done
+	FUZZTIME=$(FUZZTIME) GO=$(GO) scripts/fuzz.sh
 
 ## notebook-deps: Jupyter (Debian packages), GoNB and goimports (pinned, in .tools/bin), the kernel spec; idempotent
 notebook-deps:
