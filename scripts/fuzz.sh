@@ -19,7 +19,12 @@ inputs() { ls "$1" 2>/dev/null | sort; }
 
 for pkg in $($go list ./...); do
   dir=$($go list -f '{{.Dir}}' "$pkg")
-  targets=$($go test -list '^Fuzz' "$pkg" | grep '^Fuzz') || continue
+  if ! list=$($go test -list '^Fuzz' "$pkg" 2>&1); then
+    echo "$list"
+    failed+=("$pkg: its tests do not build (go test -list)")
+    continue
+  fi
+  targets=$(echo "$list" | grep '^Fuzz') || continue
   for target in $targets; do
     ran=$((ran + 1))
     for try in 1 2; do
