@@ -17,9 +17,8 @@ ran=0
 
 inputs() { ls "$1" 2>/dev/null | sort; }
 
-for pkg in $($go list ./...); do
-  dir=$($go list -f '{{.Dir}}' "$pkg")
-  if ! list=$($go test -list '^Fuzz' "$pkg" 2>&1); then
+while read -r pkg dir; do # (the loop's stdin is the package list: the commands below read none of it)
+  if ! list=$($go test -list '^Fuzz' "$pkg" </dev/null 2>&1); then
     echo "$list"
     failed+=("$pkg: its tests do not build (go test -list)")
     continue
@@ -32,7 +31,7 @@ for pkg in $($go list ./...); do
       corpus="$dir/testdata/fuzz/$target"
       before=$(inputs "$corpus")
       log=$(mktemp)
-      $go test "$pkg" -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" -parallel 2 2>&1 |
+      $go test "$pkg" -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" -parallel 2 </dev/null 2>&1 |
         tee "$log" | grep --line-buffered -v '^fuzz: elapsed'
       rc=${PIPESTATUS[0]}
       found=$(comm -13 <(echo "$before") <(inputs "$corpus") | grep . || true)
@@ -55,7 +54,7 @@ for pkg in $($go list ./...); do
       break
     done
   done
-done
+done < <($go list -f '{{.ImportPath}} {{.Dir}}' ./...)
 
 echo
 echo "fuzz: $ran targets, $fuzztime each; rerun after the deadline's ending with no input: ${#flaked[@]}"
