@@ -36,6 +36,24 @@ func gemmRowsK(workers, m, n, kk int, a []float32, ai, ak int, b []float32, ldb 
 	if ai == 1 && gemmRowBlock() == 6 {
 		least = max(least, min(64, (m+workers-1)/max(workers, 1)))
 	}
+	// B too large to copy whole (packBlocks: a pretrained model's projections): copied, and
+	// multiplied, a block of its rows and columns at a time, every piece reading the same copy
+	// of each. An element's chain of multiply-adds still runs over k in increasing order: a
+	// column block's row blocks go in k's order, each adding onto the last.
+	if kc, nc := packBlocks(m, n, kk); kc > 0 {
+		for j0 := 0; j0 < n; j0 += nc {
+			w := min(nc, n-j0)
+			for k0 := 0; k0 < kk; k0 += kc {
+				kb, bk := min(kc, kk-k0), b[k0*ldb+j0:]
+				pb, buf := packPanels(workers, m, w, kb, bk, ldb)
+				chunked(workers, m, gemmRowBlock(), least, func(lo, hi int) {
+					gemmKP(hi-lo, w, kb, a[lo*ai+k0*ak:], ai, ak, bk, ldb, pb, c[lo*ldc+j0:], ldc, load || k0 > 0)
+				})
+				releasePanels(buf)
+			}
+		}
+		return
+	}
 	// B's columns copied once as 16-wide panels, where the kernels read them faster so
 	// (packPanels); every piece reads the same copy.
 	pb, buf := packPanels(workers, m, n, kk, b, ldb)

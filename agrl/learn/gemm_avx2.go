@@ -221,7 +221,7 @@ func (pb panels) from(k0 int) panels {
 // copy the panels between them; buf goes back with releasePanels.
 func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32) {
 	n16 := n &^ 15
-	if !useAVX2 || !useAsm || !packOn || m < streamRows || n16 < 64 || kk == 0 || n16*kk > packMax {
+	if !panelCopies(m, n) || kk == 0 || n16*kk > packMax {
 		return panels{}, nil
 	}
 	buf := fmaPanelPool.Get().(*[]float32)
@@ -236,6 +236,29 @@ func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32
 		}
 	})
 	return panels{p, 16 * kk}, buf
+}
+
+// panelCopies reports whether packPanels copies B for a product of m rows and n columns (of a
+// size up to packMax).
+func panelCopies(m, n int) bool {
+	return useAVX2 && useAsm && packOn && m >= streamRows && n&^15 >= 64
+}
+
+// packBlocks returns the blocks in which gemmRowsK copies B where packPanels would copy it
+// whole but for its size: kBlock rows by nc columns (a multiple of 16), packMax floats at
+// most, or 0, 0 where B is copied whole or not at all. Read in place, the weights of a
+// pretrained model have the same conflicts as the Tiny model's (see packPanels), worse: the
+// rows of Qwen3-0.6B's gate projection (3,072 floats, 12 KB) all fall in one of the L1
+// cache's sets, and in 16 of the 1,024 sets of a Zen 3 core's 512 KB L2, whose 8 ways hold
+// 128 of a panel's kBlock (256) lines: not even L2 keeps a panel between row blocks. Copied in blocks, the product of a scoring
+// pass's 128 rows by that weight (1,024 × 3,072) ran at 112–122 GFLOP/s on two Zen 3 cores,
+// against 77–86 in place, and a training step's 1,024 rows at 160–167 against 77–87
+// (docs/performance.md, "Pretrained weights copied in blocks").
+func packBlocks(m, n, kk int) (kc, nc int) {
+	if !panelCopies(m, n) || n&^15*kk <= packMax {
+		return 0, 0
+	}
+	return kBlock, min(n, packMax/kBlock)
 }
 
 // releasePanels returns packPanels' buffer (nil: none) to its pool.

@@ -21,6 +21,9 @@ func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32
 
 func releasePanels(*[]float32) {}
 
+// packBlocks returns the blocks B is copied in (gemm_avx2.go): none in this build.
+func packBlocks(m, n, kk int) (kc, nc int) { return 0, 0 }
+
 func gemmKP(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, _ panels, c []float32, ldc int, load bool) {
 	gemmScalar(m, n, kk, a, ai, ak, b, ldb, c, ldc, load)
 }

@@ -425,7 +425,10 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 	defer func() { packOn = true }()
 	rng := rand.New(rand.NewPCG(16, 64))
 	for _, sh := range [][3]int{{streamRows, 64, 1}, {streamRows, 64, 9}, {70, 79, 40}, {131, 512, 128}, {97, 209, 300},
-		{160, 128, 600}, {streamRows - 1, 128, 16}, {200, 48, 16}, {streamRows, 64, packMax/64 + 1}, {streamRows, 64, 0}} {
+		{160, 128, 600}, {streamRows - 1, 128, 16}, {200, 48, 16}, {streamRows, 64, packMax/64 + 1}, {streamRows, 64, 0},
+		// too large to copy whole (packBlocks): kBlock rows at a time, the last block short;
+		// and two column blocks, the second too narrow for a copy
+		{streamRows + 9, 1030, packMax/1024 + 300}, {streamRows, packMax/kBlock + 40, 300}} {
 		m, n, kk := sh[0], sh[1], sh[2]
 		ldb, ldc := n+3, n+5
 		a, b, c := randNormals(rng, max(m*kk, m)), randNormals(rng, kk*ldb), randNormals(rng, m*ldc) // kk = 0: A transposed still has its m rows
@@ -434,6 +437,10 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 		releasePanels(buf)
 		if want := m >= streamRows && n >= 64 && kk > 0 && n&^15*kk <= packMax; (pb.p != nil) != want {
 			t.Fatalf("%v: packPanels copied B: %v, want %v", sh, pb.p != nil, want)
+		}
+		blocks := m >= streamRows && n >= 64 && n&^15*kk > packMax
+		if kc, _ := packBlocks(m, n, kk); (kc > 0) != blocks {
+			t.Fatalf("%v: packBlocks %d, want blocks: %v", sh, kc, blocks)
 		}
 		for _, trans := range []bool{false, true} {
 			ai, ak := kk, 1
@@ -446,7 +453,11 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 					for i, on := range []bool{true, false} {
 						packOn = on
 						got[i] = slices.Clone(c)
+						reads := panelReads.Load()
 						gemmRowsK(workers, m, n, kk, a, ai, ak, b, ldb, got[i], ldc, load)
+						if on && blocks && panelReads.Load() == reads {
+							t.Fatalf("%v: no block of B was read from a copy", sh)
+						}
 					}
 					packOn = true
 					for i := range got[0] {
