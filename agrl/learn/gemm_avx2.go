@@ -250,10 +250,11 @@ func panelCopies(m, n int) bool {
 // pretrained model have the same conflicts as the Tiny model's (see packPanels), worse: the
 // rows of Qwen3-0.6B's gate projection (3,072 floats, 12 KB) all fall in one of the L1
 // cache's sets, and in 16 of the 1,024 sets of a Zen 3 core's 512 KB L2, whose 8 ways hold
-// 128 of a panel's kBlock (256) lines: not even L2 keeps a panel between row blocks. Copied in blocks, the product of a scoring
-// pass's 128 rows by that weight (1,024 × 3,072) ran at 112–122 GFLOP/s on two Zen 3 cores,
-// against 77–86 in place, and a training step's 1,024 rows at 160–167 against 77–87
-// (docs/performance.md, "Pretrained weights copied in blocks").
+// 128 of a panel's kBlock (256) lines: not even L2 keeps a panel between row blocks. Copied
+// in blocks, the product of a scoring pass's 128 rows by that weight (1,024 × 3,072) ran at
+// 112–122 GFLOP/s on two Zen 3 cores, against 77–86 in place, and a training step's 1,024
+// rows at 160–167 against 77–87 (docs/performance.md, "Pretrained weights copied in
+// blocks").
 func packBlocks(m, n, kk int) (kc, nc int) {
 	if !panelCopies(m, n) || n&^15*kk <= packMax {
 		return 0, 0

@@ -414,7 +414,8 @@ func TestTransposeBlockAVX2(t *testing.T) {
 // around the 6-row block and streamRows, columns past the last panel, contractions past
 // kBlock, both layouts of A, a strided B and C, adding and storing, one worker and two. It
 // also requires that the shapes meant to be packed were (a packPanels that never copied
-// would pass the comparison alone), and two whole training steps with and without the copies,
+// would pass the comparison alone), that B too large to copy whole went in blocks read from
+// copies (packBlocks), and two whole training steps with and without the copies,
 // the first of which must read some (panelReads: a gemmRowsK that stopped handing its copy to
 // the kernels would pass the rest).
 func TestPackedPanelsKeepBits(t *testing.T) {
