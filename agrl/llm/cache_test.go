@@ -1,6 +1,7 @@
 package llm
 
 import (
+	"errors"
 	"math"
 	"path/filepath"
 	"slices"
@@ -435,6 +436,85 @@ func TestStepBatch(t *testing.T) {
 			}
 			if _, err := m.StepBatch([]*Cache{batch[0], batch[0]}, [][]int32{{1}, {2}}); err == nil || !strings.Contains(err.Error(), "also sequence 0") {
 				t.Errorf("a shared cache: %v", err)
+			}
+		})
+	}
+}
+
+// StepBatchHead hands out, piece by piece of at most rows rows, in order, exactly StepBatch's
+// logits for the same caches and ids (pieces that split a sequence, pieces of several, one
+// piece of everything), grows the caches as StepBatch does, stops at f's error and returns
+// it, and refuses a piece of no rows or mismatched lists.
+func TestStepBatchHead(t *testing.T) {
+	for _, v := range variants() {
+		t.Run(v.name, func(t *testing.T) {
+			m := loadVariant(t, v.name)
+			V := m.Config().VocabSize
+			seq := func(n, salt int) []int32 {
+				s := make([]int32, n)
+				for i := range s {
+					s[i] = int32((i*31+salt*7+3)%(V-1)) + 1
+				}
+				return s
+			}
+			prefixes := [][]int32{seq(5, 1), nil, seq(9, 3)}
+			feeds := [][]int32{seq(6, 4), seq(11, 5), {7}}
+			caches := func() []*Cache {
+				cs := make([]*Cache, len(prefixes))
+				for i, p := range prefixes {
+					cs[i] = m.NewCache()
+					if len(p) > 0 {
+						if _, err := m.Step(cs[i], p); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				return cs
+			}
+			ref := caches()
+			want, err := m.StepBatch(ref, feeds)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wantRows [][]float32
+			for _, rows := range want {
+				wantRows = append(wantRows, rows...)
+			}
+			for _, rows := range []int{1, 4, 7, 18, 100} {
+				cs := caches()
+				next := 0
+				err := m.StepBatchHead(cs, feeds, rows, func(lo int, z []float32) error {
+					n := len(z) / V
+					if lo != next || n < 1 || n > rows || len(z) != n*V {
+						t.Fatalf("%d rows a piece: a piece of %d floats at row %d, expected row %d", rows, len(z), lo, next)
+					}
+					for r := range n {
+						if !sameBits([][]float32{z[r*V : (r+1)*V]}, [][]float32{wantRows[lo+r]}) {
+							t.Fatalf("%d rows a piece: row %d differs from StepBatch's", rows, lo+r)
+						}
+					}
+					next += n
+					return nil
+				})
+				if err != nil || next != len(wantRows) {
+					t.Fatalf("%d rows a piece: %v after %d of %d rows", rows, err, next, len(wantRows))
+				}
+				for i := range cs {
+					if cs[i].Len() != ref[i].Len() {
+						t.Fatalf("sequence %d: cache length %d, StepBatch's %d", i, cs[i].Len(), ref[i].Len())
+					}
+				}
+			}
+			stop, calls := errors.New("enough"), 0
+			err = m.StepBatchHead(caches(), feeds, 4, func(int, []float32) error { calls++; return stop })
+			if err != stop || calls != 1 {
+				t.Errorf("f's error: %v after %d calls", err, calls)
+			}
+			if err := m.StepBatchHead(caches(), feeds, 0, nil); err == nil || !strings.Contains(err.Error(), "0 rows") {
+				t.Errorf("no rows a piece: %v", err)
+			}
+			if err := m.StepBatchHead(caches()[:2], feeds, 4, nil); err == nil || !strings.Contains(err.Error(), "caches for") {
+				t.Errorf("mismatched lists: %v", err)
 			}
 		})
 	}

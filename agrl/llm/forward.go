@@ -246,6 +246,72 @@ func (m *Model) forwardMany(caches []*Cache, ids [][]int32, lastOnly bool) ([][]
 // forwardFlat is forwardMany with the logits as they come from the LM head: one buffer of
 // rows, [heads[len(caches)], vocab], sequence i's rows [heads[i], heads[i+1]).
 func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat []float32, heads []int, err error) {
+	x, off, err := m.trunk(caches, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer PutFloats(x)
+	H := m.cfg.HiddenSize
+	// The LM head, over the rows asked for: every row, or each sequence's last.
+	last := x
+	heads = make([]int, len(caches)+1) // sequence i's logit rows are [heads[i], heads[i+1])
+	if lastOnly {
+		last = Floats(len(caches) * H)
+		defer PutFloats(last)
+		for i := range caches {
+			copy(last[i*H:(i+1)*H], x[(off[i+1]-1)*H:off[i+1]*H])
+			heads[i+1] = i + 1
+		}
+	} else {
+		copy(heads, off)
+	}
+	root := m.base()
+	rmsNorm(last, last, root.norm, H, m.cfg.RMSNormEps)
+	return headProduct(last, len(last)/H, H, root.head, m.cfg.VocabSize), heads, nil
+}
+
+// StepBatchHead is StepBatch with the logits handed out a piece at a time: the positions of
+// every sequence go through the layers together, as in StepBatch, and the LM head then runs
+// over at most rows of them at a time, each piece's logits passed to f and taken back when
+// it returns. The rows are the sequences' positions stacked in order (sequence i's are
+// Σ_{j<i} len(ids[j]) onwards); f(lo, z) gets rows [lo, lo + len(z)/vocab) as z, [rows,
+// vocab], which it must not keep. A pass over many positions reads each weight once for all
+// of them while the logits held at once stay rows × vocab floats (at Qwen3's vocabulary,
+// 151,936 floats a row, 512 rows would be 311 MB). Each row's logits are bit for bit
+// StepBatch's: every product and norm computes a row on its own. The caches are appended to
+// before the first f; an error from f stops the pieces and is returned.
+func (m *Model) StepBatchHead(caches []*Cache, ids [][]int32, rows int, f func(lo int, z []float32) error) error {
+	if len(caches) != len(ids) {
+		return fmt.Errorf("llm: StepBatchHead: %d caches for %d id lists", len(caches), len(ids))
+	}
+	if rows < 1 {
+		return fmt.Errorf("llm: StepBatchHead: %d rows a piece", rows)
+	}
+	x, off, err := m.trunk(caches, ids)
+	if err != nil {
+		return err
+	}
+	defer PutFloats(x)
+	H, V, T := m.cfg.HiddenSize, m.cfg.VocabSize, off[len(caches)]
+	root := m.base()
+	rmsNorm(x, x, root.norm, H, m.cfg.RMSNormEps)
+	for lo := 0; lo < T; lo += rows {
+		hi := min(T, lo+rows)
+		z := headProduct(x[lo*H:hi*H], hi-lo, H, root.head, V)
+		err := f(lo, z)
+		PutFloats(z)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trunk runs ids through the model's layers, appending their keys and values to caches, and
+// returns the residual stream after the last layer (before the final norm), [T, hidden], in a
+// buffer from Floats that the caller gives back, with off: sequence i's rows are
+// [off[i], off[i+1]).
+func (m *Model) trunk(caches []*Cache, ids [][]int32) (x []float32, off []int, err error) {
 	for i, c := range caches {
 		if err := m.check(c, ids[i]); err != nil {
 			if len(caches) > 1 {
@@ -264,7 +330,7 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 	H, D := cfg.HiddenSize, cfg.HeadDim
 	nq, nkv := cfg.NumAttentionHeads, cfg.NumKeyValueHeads
 	eps := cfg.RMSNormEps
-	off := make([]int, len(caches)+1) // sequence i's rows are [off[i], off[i+1])
+	off = make([]int, len(caches)+1) // sequence i's rows are [off[i], off[i+1])
 	for i := range caches {
 		off[i+1] = off[i] + len(ids[i])
 	}
@@ -275,8 +341,8 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 	// SetLinear's kernel or the portable loops), go back to the pool (PutFloats) once read (the
 	// cache keeps copies of the keys and values), for the next pass and the traces to reuse.
 	cos, sin := Floats(T*D/2), Floats(T*D/2)
-	x := Floats(T * H) // the residual stream, [T, H]; every row written just below
-	defer PutFloats(cos, sin, x)
+	x = Floats(T * H) // the residual stream, [T, H]; every row written just below
+	defer PutFloats(cos, sin)
 	for i, c := range caches {
 		for t, id := range ids[i] {
 			r := off[i] + t
@@ -344,21 +410,7 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 	for i, c := range caches {
 		c.n += off[i+1] - off[i]
 	}
-
-	// The LM head, over the rows asked for: every row, or each sequence's last.
-	last := x
-	heads = make([]int, len(caches)+1) // sequence i's logit rows are [heads[i], heads[i+1])
-	if lastOnly {
-		last = h[:len(caches)*H] // h is free now, and holds T ≥ len(caches) rows
-		for i := range caches {
-			copy(last[i*H:(i+1)*H], x[(off[i+1]-1)*H:off[i+1]*H])
-			heads[i+1] = i + 1
-		}
-	} else {
-		copy(heads, off)
-	}
-	rmsNorm(last, last, root.norm, H, eps)
-	return headProduct(last, len(last)/H, H, root.head, cfg.VocabSize), heads, nil
+	return x, off, nil
 }
 
 // eachSequence runs f(0) … f(n-1), over up to GOMAXPROCS goroutines when there are several.

@@ -9,10 +9,15 @@ import (
 	"agrl.dev/internal/parallel"
 )
 
-// scoreRows bounds the positions one forward pass of ScoreBatch runs, over all the sequences
-// in it: the logits it holds at once are scoreRows × vocabulary floats (78 MB at Qwen3's
-// 151,936), and 128 rows keep the products' weight reads shared by enough rows.
-const scoreRows = 128
+// scorePass bounds the positions one forward pass of ScoreBatch runs through the layers, over
+// all the sequences in it, and scoreRows those its LM head takes at a time
+// (llm.Model.StepBatchHead): the logits held at once are scoreRows × vocabulary floats (78 MB
+// at Qwen3's 151,936). A projection's weights are read, and copied for the kernels, once a
+// pass, so longer passes spend less on them: scoring 4 sequences of 256 tokens at the
+// Qwen3-0.6B shape took 26.2 CPU-seconds on two Zen 3 cores in passes of 128 positions, 23.2
+// in passes of 512 and 21.5 in passes of 1,024 (medians of 6, alternated in one process;
+// docs/performance.md, "Scoring passes of 1,024 positions").
+const scorePass, scoreRows = 1024, 128
 
 // Scores are one sequence's per-token statistics under the policy, indexed like the
 // sequence: entry j is about token j given the tokens before it, and entry 0 is 0.
@@ -39,8 +44,8 @@ func (p *Policy) Score(tokens []int32, t float64) ([]float32, error) {
 
 // ScoreBatch scores several sequences with the model on the host (never WithDecoder's
 // decoder): log-probabilities and entropies of every token at temperature t, as Scores lays
-// them out. The sequences share the model's passes over the weights (llm.Model.StepBatch,
-// at most scoreRows positions a pass), so scoring a rollout's episodes together costs about
+// them out. The sequences share the model's passes over the weights (llm.Model.StepBatchHead,
+// at most scorePass positions a pass), so scoring a rollout's episodes together costs about
 // what one long sequence of their total length does, and the row-wise work runs on every
 // core. Sequences that begin alike — a GRPO group's episodes of one prompt, several prompts
 // with one system prompt — share their common beginning: it runs once, and each goes on from
@@ -162,12 +167,13 @@ func planScoring(seqs [][]int32, todo []int) [][]*scoreJob {
 	return levels
 }
 
-// scoreLevel runs a level of jobs, whose parents have run, in passes of at most scoreRows
-// positions: a pass takes the next positions of the jobs in order until scoreRows rows, so
+// scoreLevel runs a level of jobs, whose parents have run, in passes of at most scorePass
+// positions: a pass takes the next positions of the jobs in order until scorePass rows, so
 // every job but a pass's last ends in it, and only that one carries over to the next pass,
 // going on from its cache's length. Each row's statistics go to out for each of its job's
 // sequences.
 func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out []Scores) error {
+	V := p.model.Config().VocabSize
 	type part struct {
 		job      *scoreJob
 		from, to int
@@ -176,7 +182,7 @@ func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out 
 		var parts []part
 		var cs []*llm.Cache
 		var feeds [][]int32
-		budget := scoreRows
+		budget := scorePass
 		for k := next; k < len(jobs) && budget > 0; k++ {
 			j := jobs[k]
 			if j.cache == nil { // its first pass
@@ -195,43 +201,46 @@ func (p *Policy) scoreLevel(seqs [][]int32, jobs []*scoreJob, invT float64, out 
 			cs, feeds = append(cs, j.cache), append(feeds, seqs[j.seqs[0]][f:to])
 			budget -= to - f
 		}
-		rows, err := p.model.StepBatch(cs, feeds)
-		if err != nil { // the sequences were checked: a failure here is the model's
-			return fmt.Errorf("agent: Score: %w", err)
-		}
 		type row struct {
-			z   []float32
 			job *scoreJob
 			pos int // the row scores token pos of its job's sequences
 		}
-		var all []row
-		for k, pt := range parts {
-			for r, z := range rows[k] {
-				all = append(all, row{z, pt.job, pt.from + r + 1})
+		var all []row // the pass's rows, stacked as StepBatchHead stacks them
+		for _, pt := range parts {
+			for q := pt.from; q < pt.to; q++ {
+				all = append(all, row{pt.job, q + 1})
 			}
 		}
-		var firstErr error
-		var mu sync.Mutex
-		parallel.Rows(len(all), func(lo, hi int) {
-			for _, r := range all[lo:hi] {
-				lse, ent, err := rowStats(r.z, invT)
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("agent: Score: sequence %d position %d: %w", r.job.seqs[0], r.pos-1, err)
+		var scoreErr error // a row's: its logits are not finite
+		err := p.model.StepBatchHead(cs, feeds, scoreRows, func(first int, z []float32) error {
+			var mu sync.Mutex
+			parallel.Rows(len(z)/V, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					r := all[first+i]
+					zi := z[i*V : (i+1)*V]
+					lse, ent, err := rowStats(zi, invT)
+					if err != nil {
+						mu.Lock()
+						if scoreErr == nil {
+							scoreErr = fmt.Errorf("agent: Score: sequence %d position %d: %w", r.job.seqs[0], r.pos-1, err)
+						}
+						mu.Unlock()
+						return
 					}
-					mu.Unlock()
-					return
+					for _, s := range r.job.seqs {
+						id := seqs[s][r.pos]
+						out[s].LogProbs[r.pos] = float32(float64(float64(zi[id])*invT) - lse)
+						out[s].Entropy[r.pos] = float32(ent)
+					}
 				}
-				for _, s := range r.job.seqs {
-					id := seqs[s][r.pos]
-					out[s].LogProbs[r.pos] = float32(float64(float64(r.z[id])*invT) - lse)
-					out[s].Entropy[r.pos] = float32(ent)
-				}
-			}
+			})
+			return scoreErr
 		})
-		if firstErr != nil {
-			return firstErr
+		if scoreErr != nil {
+			return scoreErr
+		}
+		if err != nil { // the sequences were checked: a failure here is the model's
+			return fmt.Errorf("agent: Score: %w", err)
 		}
 		for _, pt := range parts {
 			if pt.to == pt.job.to && pt.job.children == 0 {

@@ -29,7 +29,7 @@ func TestScoreBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			rng := rand.New(rand.NewPCG(1, 1))
-			long := make([]int32, scoreRows*2+37) // three passes
+			long := make([]int32, scorePass+scoreRows+37) // two passes, each of several pieces of the head
 			for i := range long {
 				long[i] = int32(rng.IntN(testVocab))
 			}
