@@ -256,8 +256,9 @@ func (m *Model) forwardFlat(caches []*Cache, ids [][]int32, lastOnly bool) (flat
 	last := x
 	heads = make([]int, len(caches)+1) // sequence i's logit rows are [heads[i], heads[i+1])
 	if lastOnly {
-		last = Floats(len(caches) * H)
-		defer PutFloats(last)
+		// Each sequence's last row moves up to row i of x, in place: row i's source,
+		// off[i+1]-1, is at or past i, so no row is read after it is overwritten.
+		last = x[:len(caches)*H]
 		for i := range caches {
 			copy(last[i*H:(i+1)*H], x[(off[i+1]-1)*H:off[i+1]*H])
 			heads[i+1] = i + 1
