@@ -601,11 +601,12 @@ func (p *Policy) workers() int {
 
 // onHost reports whether the policy's training steps and scoring take the host path: on the
 // go backend with RoPE positions (the host code has no learned position table), where the
-// host kernels are vectorised (hostKernels: a GOEXPERIMENT=simd build on an AVX-512 CPU; the
-// portable loops elsewhere are slower than the backend's own kernels). AGRL_HOST=0 keeps the
-// graphs everywhere, AGRL_HOST=1 takes the host path even with the portable loops. Sampling
-// stays a GoMLX graph (its KV cache), whose log-probs agree with the host's to float rounding
-// (TestSamplerScorerAgreement).
+// host kernels are vectorised (hostKernels: a GOEXPERIMENT=simd build on a CPU with AVX-512 or
+// AVX2 and FMA; the portable loops elsewhere are slower than the backend's own kernels).
+// AGRL_HOST=0 keeps the graphs everywhere, AGRL_HOST=1 takes the host path even with the
+// portable loops. Sampling takes it too (the host decoder, hostsample.go, over a KV cache in
+// host memory); the graph path's sampler agrees with the host scorer's log-probs to float
+// rounding (TestSamplerScorerAgreement).
 func (p *Policy) onHost() bool {
 	return p.backend.String() == "go" && p.arch.Positions == agrl.RoPE && !p.graphOnly && (hostKernels || p.hostAlways)
 }
