@@ -379,18 +379,22 @@ func (c Config) validate() []error {
 	for _, s := range []struct {
 		name string
 		v    int
+		max  int
 	}{
-		{"vocab_size", c.VocabSize},
-		{"hidden_size", c.HiddenSize},
-		{"intermediate_size", c.IntermediateSize},
-		{"num_hidden_layers", c.NumHiddenLayers},
-		{"num_attention_heads", c.NumAttentionHeads},
-		{"num_key_value_heads", c.NumKeyValueHeads},
-		{"head_dim", c.HeadDim},
-		{"max_position_embeddings", c.MaxPositionEmbeddings},
+		{"vocab_size", c.VocabSize, maxVocab},
+		{"hidden_size", c.HiddenSize, maxWidth},
+		{"intermediate_size", c.IntermediateSize, maxWidth},
+		{"num_hidden_layers", c.NumHiddenLayers, maxLayers},
+		{"num_attention_heads", c.NumAttentionHeads, maxHeads},
+		{"num_key_value_heads", c.NumKeyValueHeads, maxHeads},
+		{"head_dim", c.HeadDim, maxHeadDim},
+		{"max_position_embeddings", c.MaxPositionEmbeddings, maxPositions},
 	} {
-		if s.v <= 0 {
+		switch {
+		case s.v <= 0:
 			bad("%s is %d; want > 0", s.name, s.v)
+		case s.v > s.max:
+			bad("%s is %d; want at most %d (no decoder this package reads comes near)", s.name, s.v, s.max)
 		}
 	}
 	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
@@ -433,6 +437,20 @@ func (c Config) validate() []error {
 	}
 	return errs
 }
+
+// The largest sizes a config may give. Released decoders stay far below them (vocabularies up
+// to about 260k, widths up to 16,384 and MLPs to 53,248, 126 layers, 128 heads of up to 256
+// dimensions, contexts up to 10M), and with them every size the package computes from a config
+// (a tensor's elements, the parameter count) fits an int: a config that claims more is refused
+// before anything is sized from it.
+const (
+	maxVocab     = 1 << 24
+	maxWidth     = 1 << 20
+	maxLayers    = 4096
+	maxHeads     = 4096
+	maxHeadDim   = 1 << 14
+	maxPositions = 1 << 30
+)
 
 // maxRopeCheck bounds the head_dim whose scaled RoPE frequencies validation computes (real
 // heads are 64 to 256 wide; a config claiming more fails the tensor check anyway).

@@ -77,17 +77,31 @@ func (e *CheckError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "hf: the checkpoint does not match its config: %d missing, %d unexpected, %d wrong",
 		len(e.Missing), len(e.Unexpected), len(e.Wrong))
+	lines := 0
+	line := func(format string, args ...any) {
+		if lines < maxCheckLines {
+			fmt.Fprintf(&b, "\n\t"+format, args...)
+		}
+		lines++
+	}
 	for _, s := range e.Missing {
-		fmt.Fprintf(&b, "\n\tmissing %s %v", s.Name, s.Shape)
+		line("missing %s %v", s.Name, s.Shape)
 	}
 	for _, t := range e.Unexpected {
-		fmt.Fprintf(&b, "\n\tunexpected %s %s %v", t.Name, t.DType, t.Shape)
+		line("unexpected %s %s %v", t.Name, t.DType, t.Shape)
 	}
 	for _, w := range e.Wrong {
-		b.WriteString("\n\twrong " + w)
+		line("wrong %s", w)
+	}
+	if lines > maxCheckLines {
+		fmt.Fprintf(&b, "\n\t… and %d more", lines-maxCheckLines)
 	}
 	return b.String()
 }
+
+// maxCheckLines is how many of a CheckError's tensors its message lists (the counts cover
+// them all): a config of the wrong size can miss thousands.
+const maxCheckLines = 40
 
 // NumParams is the number of parameters of the model: the sum of the sizes of Tensors.
 func (c Config) NumParams() int {

@@ -1,6 +1,7 @@
 package hf
 
 import (
+	"fmt"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -203,6 +204,19 @@ func TestCheck(t *testing.T) {
 		if !strings.Contains(err.Error(), w) {
 			t.Errorf("error %q lacks %q", err, w)
 		}
+	}
+
+	// A config of far more layers than its checkpoint: the message counts every missing
+	// tensor and lists the first maxCheckLines.
+	deep := cfg
+	deep.NumHiddenLayers = 1000
+	err = deep.Check(writeCheckpoint(t, cfg.Tensors(), nil))
+	if !errors.As(err, &ce) || len(ce.Missing) != 998*11 {
+		t.Fatalf("a 1000-layer config on a 2-layer checkpoint: %v", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "10978 missing, 0 unexpected, 0 wrong") ||
+		strings.Count(msg, "\n\tmissing ") != maxCheckLines || !strings.HasSuffix(msg, fmt.Sprintf("\n\t… and %d more", 10978-maxCheckLines)) {
+		t.Errorf("the message lists %d lines: %.300q…", strings.Count(msg, "\n"), msg)
 	}
 
 	// A tied config rejects an lm_head; an untied one misses it.

@@ -15,6 +15,7 @@ import (
 	"agrl.dev/agrl/hf"
 	"agrl.dev/agrl/learn"
 	"agrl.dev/agrl/llm"
+	"agrl.dev/internal/sysmem"
 )
 
 const modelUsage = `Usage:
@@ -72,6 +73,11 @@ func cmdModelRandom(args []string, stdout, stderr io.Writer) error {
 	default:
 		errs = append(errs, fmt.Errorf("-dtype %q: want bfloat16, float16 or float32", *dtype))
 	}
+	if *out != "" {
+		if err := checkNewDir(*out); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return usageError{errors.Join(errs...)}
 	}
@@ -86,6 +92,15 @@ func cmdModelRandom(args []string, stdout, stderr io.Writer) error {
 		cfg.MaxPositionEmbeddings = *context
 	}
 	cfg.TorchDType = *dtype
+	if err := cfg.Validate(); err != nil {
+		return usageError{err}
+	}
+	// The weights are held whole, in their stored dtype, while the file is written.
+	size := int64(cfg.NumParams()) * int64(map[string]int{"bfloat16": 2, "float16": 2, "float32": 4}[*dtype])
+	if usable := sysmem.Usable(); usable > 0 && size > usable {
+		return usageError{fmt.Errorf("%s with %d ids is %d parameters: %.1f GB of %s weights, more than this machine's %.1f GB",
+			*shape, cfg.VocabSize, cfg.NumParams(), float64(size)/1e9, *dtype, float64(usable)/1e9)}
+	}
 	t, err := bpe.FromJSON(tok)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *tokPath, err)
@@ -111,6 +126,44 @@ func cmdModelRandom(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: %s (%s), %d parameters, random weights (seed %d), tokenizer %s\n", *out, *shape, cfg.Architecture, cfg.NumParams(), *seed, *tokPath)
 	return nil
+}
+
+// checkNewDir returns an error unless dir is absent or an empty directory: the model
+// commands write config.json and the weights' files there, which would replace a run's
+// configuration, another model's files or anything else of the same name.
+func checkNewDir(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("-out %s is a file, not a directory", dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		return nil
+	}
+	what := "files"
+	if _, err := os.Stat(filepath.Join(dir, agrl.RunMetricsFile)); err == nil {
+		what = "a training run"
+	} else if _, err := os.Stat(filepath.Join(dir, agrl.RunCheckpointsDir)); err == nil {
+		what = "a training run"
+	} else if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+		what = "a model"
+	}
+	names := make([]string, 0, 4)
+	for _, e := range entries[:min(len(entries), 4)] {
+		names = append(names, e.Name())
+	}
+	if len(entries) > 4 {
+		names = append(names, "…")
+	}
+	return fmt.Errorf("-out %s already holds %s (%s): writing there would replace its files; name a new or empty directory", dir, what, strings.Join(names, ", "))
 }
 
 // readMaybeGzip reads a file, gunzipping it when it is gzip-compressed.
@@ -145,6 +198,11 @@ func cmdModelExport(args []string, stdout, stderr io.Writer) error {
 	if dt == "" {
 		errs = append(errs, fmt.Errorf("-dtype %q: want float32, bfloat16 or float16", *dtype))
 	}
+	if *out != "" {
+		if err := checkNewDir(*out); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if len(errs) > 0 {
 		return usageError{errors.Join(errs...)}
 	}
@@ -155,11 +213,6 @@ func cmdModelExport(args []string, stdout, stderr io.Writer) error {
 	p, ok := m.(*learn.PretrainedPolicy)
 	if !ok {
 		return fmt.Errorf("%s holds a Tiny policy, not a pretrained model's adapters: nothing to export", *runDir)
-	}
-	if a, errA := os.Stat(*out); errA == nil {
-		if b, errB := os.Stat(p.Spec().Dir); errB == nil && os.SameFile(a, b) {
-			return usageError{fmt.Errorf("-out %s is the base model's directory: exporting there would overwrite the model the adapters belong to", *out)}
-		}
 	}
 	if p.IsFull() && !*merged {
 		return usageError{fmt.Errorf("%s fully fine-tuned its model: there are no adapters to export; use -merged to write the whole model", *runDir)}

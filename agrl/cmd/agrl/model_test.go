@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -54,16 +55,27 @@ func TestModelRandomWritesTheFixture(t *testing.T) {
 	if p.Format().Name() != "qwen3" {
 		t.Errorf("fixture format %s, want qwen3 (from its chat template)", p.Format().Name())
 	}
-	for _, bad := range [][]string{
-		{"model", "random", "-shape", "gpt-5", "-tokenizer", "x", "-out", out},
-		{"model", "random", "-shape", "tiny-qwen3", "-out", out},
-		{"model", "random", "-shape", "tiny-qwen3", "-tokenizer", filepath.Join(fixture, "tokenizer.json"), "-out", out}, // 312 ids > 256
-		{"model", "nope"},
-		{"model", "export", "-run", out},
+	fresh := filepath.Join(t.TempDir(), "fresh")
+	tok := filepath.Join(fixture, "tokenizer.json")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"model", "random", "-shape", "gpt-5", "-tokenizer", "x", "-out", fresh}, "gpt-5"},
+		{[]string{"model", "random", "-shape", "tiny-qwen3", "-out", fresh}, "-tokenizer is required"},
+		{[]string{"model", "random", "-shape", "tiny-qwen3", "-tokenizer", tok, "-out", fresh}, "312 ids"}, // > 256
+		{[]string{"model", "random", "-shape", "tiny-qwen3", "-tokenizer", tok, "-vocab", "1000000000000", "-out", fresh}, "vocab_size is 1000000000000; want at most"},
+		{[]string{"model", "random", "-shape", "tiny-qwen3", "-tokenizer", tok, "-vocab", "320", "-out", out}, "already holds a model (config.json"},
+		{[]string{"model", "random", "-shape", "tiny-qwen3", "-tokenizer", tok, "-vocab", "320", "-out", filepath.Join(out, "config.json")}, "is a file"},
+		{[]string{"model", "nope"}, `unknown subcommand "nope"`},
+		{[]string{"model", "export", "-run", out}, "-run and -out are required"},
 	} {
-		if code, _, stderr := runCLI(bad...); code != 2 {
-			t.Errorf("%v: exit %d, want 2 (usage): %s", bad, code, stderr)
+		if code, _, stderr := runCLI(c.args...); code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, want 2 (usage) and %q: %s", c.args, code, c.want, stderr)
 		}
+	}
+	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused command created %s (%v)", fresh, err)
 	}
 }
 
@@ -118,6 +130,19 @@ func TestTrainPretrained(t *testing.T) {
 	merged := filepath.Join(t.TempDir(), "merged")
 	if code, _, stderr := runCLI("model", "export", "-run", out, "-out", merged, "-merged"); code != 0 {
 		t.Fatalf("export -merged: exit %d: %s", code, stderr)
+	}
+	// Exporting into the run, a model or an earlier export is refused, and leaves them as they were.
+	runConfig, err := os.ReadFile(filepath.Join(out, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ dir, want string }{{out, "a training run"}, {fixture, "a model"}, {peft, "files"}} {
+		if code, _, stderr := runCLI("model", "export", "-run", out, "-out", c.dir, "-merged"); code != 2 || !strings.Contains(stderr, "already holds "+c.want) {
+			t.Errorf("export -out %s: exit %d, want 2 and %q: %s", c.dir, code, c.want, stderr)
+		}
+	}
+	if now, err := os.ReadFile(filepath.Join(out, "config.json")); err != nil || !bytes.Equal(now, runConfig) {
+		t.Fatalf("the run's config.json changed (%v)", err)
 	}
 	base, err := llm.Load(fixture)
 	if err != nil {
