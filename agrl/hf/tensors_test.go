@@ -1,8 +1,8 @@
 package hf
 
 import (
-	"fmt"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
