@@ -169,6 +169,12 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	if err := checkModelFits(s.Dir, s, usableMemory()); err != nil {
 		return nil, err
 	}
+	if cfg, err := hf.LoadConfig(filepath.Join(s.Dir, "config.json")); err == nil && !s.Full {
+		// Validate did this for a directory; a hub model's config is here only now.
+		if err := s.LoRA.CheckModel(cfg); err != nil {
+			return nil, fmt.Errorf("agrl: %s: %w", modelName, err)
+		}
+	}
 	var pol *agent.Policy
 	if s.ChatFormat != "" {
 		f, err := chat.ByName(s.ChatFormat)

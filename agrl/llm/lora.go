@@ -126,6 +126,25 @@ func (c LoRAConfig) problems() []error {
 	return errs
 }
 
+// CheckModel returns an error unless c is valid (Validate) and fits model: every targeted
+// projection's adapters are an in×rank and a rank×out matrix, so a rank above min(in, out)
+// adds parameters without adding anything they can express (and an absurd one only memory).
+func (c LoRAConfig) CheckModel(model hf.Config) error {
+	errs := c.problems()
+	if len(errs) == 0 && model.Validate() == nil {
+		for _, name := range c.TargetModules {
+			out, in := moduleShape(model, moduleIndex(name))
+			if c.Rank > min(in, out) {
+				errs = append(errs, fmt.Errorf("rank %d is above %s's smaller side (%d × %d): want at most %d", c.Rank, name, out, in, min(in, out)))
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("llm: LoRA config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
 // targets returns whether each projection is targeted, c being valid.
 func (c LoRAConfig) targets() [numModules]bool {
 	var t [numModules]bool
@@ -221,10 +240,10 @@ func newAdapters(model hf.Config, cfg LoRAConfig, base string) *Adapters {
 // m itself is unchanged: run the adapters with m.WithAdapters. The adapters' BaseModel is the
 // directory m was loaded from.
 func (m *Model) AddLoRA(cfg LoRAConfig, seed uint64) (*Adapters, error) {
-	if err := cfg.Validate(); err != nil {
+	root := m.base()
+	if err := cfg.CheckModel(root.cfg); err != nil {
 		return nil, err
 	}
-	root := m.base()
 	a := newAdapters(root.cfg, cfg, root.dir)
 	src := rand.NewPCG(seed, 0x6167726c2e6c6f72) // the second word spells "agrl.lor"
 	for l := range a.layers {

@@ -256,6 +256,10 @@ func TestTrainPretrainedFull(t *testing.T) {
 			t.Errorf("%v: exit %d, want 2: %s", bad, code, stderr)
 		}
 	}
+	code, _, stderr = runCLI("train", "--model", fixture, "--lora-rank", "1000000000", "--out", filepath.Join(t.TempDir(), "r"))
+	if code != 2 || !strings.Contains(stderr, "rank 1000000000 is above k_proj's smaller side (64 × 64): want at most 64") {
+		t.Errorf("--lora-rank 1000000000: exit %d, want 2: %s", code, stderr)
+	}
 	code, _, stderr = runCLI("train", "--model", fixture, "--chat-format", "chatml", "--out", filepath.Join(t.TempDir(), "v"))
 	if code != 2 || !strings.Contains(stderr, `chat format "chatml"; want one of llama3, qwen2.5, qwen3, qwen3-no-thinking`) {
 		t.Errorf("--chat-format chatml: exit %d, want 2: %s", code, stderr)
