@@ -191,12 +191,23 @@ func FromJSON(data []byte) (*Tokenizer, error) {
 			t.byBytes[string(b)] = id
 		}
 	}
+	var missing []string
 	for b := range 256 {
 		id, ok := m.Vocab[byteLevel([]byte{byte(b)})]
 		if !ok {
 			id = noToken
+			missing = append(missing, fmt.Sprintf("%q (byte 0x%02x)", byteLevel([]byte{byte(b)}), b))
 		}
 		t.byteID[b] = id
+	}
+	if len(missing) > 0 && m.UnkToken == nil {
+		// Text with such a byte would lose it in encoding, and the model read another text
+		// than the one given. Released byte-level tokenizers hold all 256.
+		more := ""
+		if len(missing) > 8 {
+			missing, more = missing[:8], fmt.Sprintf(" and %d more", len(missing)-8)
+		}
+		bad("model.vocab lacks the byte-level tokens of %s%s, and there is no unk_token: text with those bytes could not be encoded", strings.Join(missing, ", "), more)
 	}
 	for _, a := range f.AddedTokens {
 		if a.SingleWord {

@@ -240,3 +240,37 @@ func TestByteLevelAlphabet(t *testing.T) {
 		t.Error("中 is not in the alphabet")
 	}
 }
+
+// TestMissingByteTokens: a byte-level vocabulary without some of the 256 byte tokens is refused
+// unless it has an unk_token, which those bytes then encode as (never dropped).
+func TestMissingByteTokens(t *testing.T) {
+	var file map[string]any
+	if err := json.Unmarshal(tinyJSON(t, tinyMerges, nil), &file); err != nil {
+		t.Fatal(err)
+	}
+	model := file["model"].(map[string]any)
+	vocab := model["vocab"].(map[string]any)
+	delete(vocab, "+")
+	delete(vocab, byteLevel([]byte{0x80}))
+	data, err := json.Marshal(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = FromJSON(data)
+	if err == nil || !strings.Contains(err.Error(), `model.vocab lacks the byte-level tokens of "+" (byte 0x2b), "`+byteLevel([]byte{0x80})+`" (byte 0x80), and there is no unk_token`) {
+		t.Fatalf("FromJSON = %v", err)
+	}
+	vocab["<unk>"], model["unk_token"] = 1000, "<unk>"
+	if data, err = json.Marshal(file); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := FromJSON(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, _ := tok.TokenID("1")
+	two, _ := tok.TokenID("2")
+	if got, want := tok.Encode("1+2"), []int32{one, 1000, two}; !slices.Equal(got, want) {
+		t.Errorf("Encode(1+2) = %v, want %v", got, want)
+	}
+}

@@ -636,6 +636,9 @@ func EvaluatePolicy(p Model, env agrl.Env, rubric agrl.Rubric, tasks []agrl.Task
 	if len(tasks) == 0 {
 		return agrl.EvalResult{}, nil, errors.New("agrl: evaluation of no tasks")
 	}
+	if k > math.MaxInt32/len(tasks) {
+		return agrl.EvalResult{}, nil, fmt.Errorf("agrl: evaluation of %d tasks × k %d: more episodes than can be held", len(tasks), k)
+	}
 	batch := make([]agrl.Task, 0, len(tasks)*k)
 	for _, task := range tasks {
 		for range k {

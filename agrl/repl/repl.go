@@ -242,13 +242,16 @@ func (s *Session) restart(task agrl.Task) string {
 	return s.Banner()
 }
 
+// maxTaskNumber is the largest N ":task N" takes: the stream draws the N tasks before it too.
+const maxTaskNumber = 99999
+
 func (s *Session) taskCmd(arg string) string {
 	if arg == "" {
 		return s.errorf(":task wants a task number or a task of your own")
 	}
 	if n, err := strconv.Atoi(arg); err == nil {
-		if n < 0 {
-			return s.errorf(":task %d: want a number >= 0", n)
+		if n < 0 || n > maxTaskNumber {
+			return s.errorf(":task %d: want a number 0..%d (the stream draws every task before it)", n, maxTaskNumber)
 		}
 		task, err := s.o.Tasks(n, s.diff)
 		if err != nil {

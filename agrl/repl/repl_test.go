@@ -83,10 +83,10 @@ func TestPlayAnEpisode(t *testing.T) {
 func TestCommands(t *testing.T) {
 	save := filepath.Join(t.TempDir(), "eps.jsonl")
 	out := transcript(t, options(nil),
-		":help", ":new hard", ":new nonsense", ":task 3", ":task -1", ":task 1/0", ":task", ":temp 0.5", ":temp -1",
+		":help", ":new hard", ":new nonsense", ":task 3", ":task -1", ":task 99999999999", ":task 1/0", ":task", ":temp 0.5", ":temp -1",
 		":step", ":auto", ":why", ":undo", ":show", ":save", "<answer>7</answer>", ":save "+save, ":frobnicate", ":q")
 	wantAll(t, out, ":undo              take back the last action", "(hard)", `error: agrl: unknown difficulty`,
-		"error: :task -1: want a number >= 0", `error: calc: "1/0"`, "error: :task wants", "temperature 0.5",
+		"error: :task -1: want a number 0..99999", "error: :task 99999999999: want a number 0..99999", `error: calc: "1/0"`, "error: :task wants", "temperature 0.5",
 		"error: :temp wants", "error: no agent", "error: nothing to undo", "error: :save wants a file name",
 		"saved the episode (1 turns)", "error: unknown command :frobnicate")
 	if strings.Count(out, "(hard)") < 2 {

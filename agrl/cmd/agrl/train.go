@@ -594,6 +594,10 @@ func bar(step, total int) string {
 	return strings.Repeat("=", done) + strings.Repeat(" ", width-done)
 }
 
+// maxEvalEpisodes bounds an evaluation's tasks × k: its episodes are rolled out and kept
+// together (a few kilobytes each, more for long ones).
+const maxEvalEpisodes = 100000
+
 func cmdEval(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("eval", stderr)
 	runDir := fs.String("run", "", "run directory to evaluate (its newest checkpoint)")
@@ -622,8 +626,8 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	case split == agrl.Train:
 		problems = append(problems, errors.New("-split train: the run trained on it; evaluate on dev, test or ood"))
 	}
-	if *k < 1 {
-		problems = append(problems, fmt.Errorf("-k %d: want >= 1", *k))
+	if *k < 1 || *k > maxEvalEpisodes {
+		problems = append(problems, fmt.Errorf("-k %d: want 1..%d", *k, maxEvalEpisodes))
 	}
 	if *n < 0 || *n > 100000 {
 		problems = append(problems, fmt.Errorf("-n %d: want 1..100000, or 0 for the run's eval-tasks", *n))
@@ -661,6 +665,9 @@ func cmdEval(args []string, stdout, stderr io.Writer) error {
 	count := cfg.EvalTasks
 	if *n > 0 {
 		count = *n
+	}
+	if count*(*k) > maxEvalEpisodes {
+		return usageError{fmt.Errorf("%d tasks × k %d is %d episodes, held together: want at most %d (fewer tasks with -n, or a smaller -k)", count, *k, count*(*k), maxEvalEpisodes)}
 	}
 	tasks, err := cfg.TaskMix().Tasks(entry.New(), split, count)
 	if err != nil {

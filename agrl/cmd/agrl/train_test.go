@@ -54,6 +54,17 @@ func TestTrainEvalAndResume(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "pass@2") || !strings.Contains(stdout, "3 tasks × k=2") || !strings.Contains(stdout, "(GRPO step 2)") {
 		t.Fatalf("eval: exit %d: %s %s", code, stdout, stderr)
 	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--k", "1000000000"}, "-k 1000000000: want 1..100000"},
+		{[]string{"--k", "1000", "--n", "1000"}, "1000 tasks × k 1000 is 1000000 episodes, held together: want at most 100000"},
+	} {
+		if code, _, stderr := runCLI(append([]string{"eval", "--run", out, "--temperature", "1"}, c.args...)...); code != 2 || !strings.Contains(stderr, c.want) {
+			t.Errorf("eval %v: exit %d, want 2 and %q: %s", c.args, code, c.want, stderr)
+		}
+	}
 	code, stdout, _ = runCLI("eval", "--run", out, "--split", "ood", "--json")
 	var res struct {
 		agrl.EvalResult
