@@ -139,7 +139,7 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 	var prev *agrl.Run // the run the directory holds (nil: none, or Fresh)
 	if _, err := os.Stat(filepath.Join(s.Out, agrl.RunConfigFile)); err == nil && !s.Fresh {
 		if prev, err = agrl.OpenRun(s.Out); err != nil {
-			return fmt.Errorf("%w (to start afresh there, use Fresh, or choose another directory)", err)
+			return fmt.Errorf("%w (to start afresh there, remove the directory or use GRPO.Fresh; or choose another directory)", err)
 		}
 	}
 	var changes []agrl.SettingChange

@@ -61,6 +61,7 @@ type PretrainedPolicy struct {
 	// adapters' base_model_name_or_path record.
 	spec          agrl.PretrainedSpec
 	model         string
+	digest        string // hf.Fingerprint of the model directory's weights, which checkpoints record
 	cfg           hf.Config
 	base          *llm.Model    // the checkpoint's weights on the host, for sampling
 	agent         *agent.Policy // the base model in its chat format (no adapters)
@@ -265,9 +266,15 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 		}
 		pp.host.BaseModel = modelName
 	}
+	if pp.digest, err = hf.Fingerprint(s.Dir); err != nil {
+		return nil, fmt.Errorf("agrl: %w", err)
+	}
 	if ckdir == "" {
 		collectLoadGarbage()
 		return pp, nil
+	}
+	if err := checkBaseDigest(ckdir, modelName, pp.digest); err != nil {
+		return nil, err
 	}
 	what := "loading the adapters"
 	if pp.full {
@@ -1506,6 +1513,29 @@ type pretrainedJSON struct {
 	// Compute is "bfloat16" when the graphs' products ran in bfloat16
 	// (agrl.PretrainedLM.Compute).
 	Compute string `json:"compute,omitempty"`
+	// WeightsDigest is hf.Fingerprint of the model directory's weights when the checkpoint
+	// was written (absent from checkpoints written before it was recorded).
+	WeightsDigest string `json:"weights_digest,omitempty"`
+}
+
+// checkBaseDigest returns an error when the newest checkpoint in ckdir that records the base
+// weights' digest recorded another one than digest, the model directory's now: its adapters
+// (or its reference, under full fine-tuning) belong to weights the directory no longer holds.
+func checkBaseDigest(ckdir, model, digest string) error {
+	for _, c := range Checkpoints(ckdir) {
+		var meta pretrainedJSON
+		b, err := os.ReadFile(filepath.Join(c, policyFile))
+		if err != nil || json.Unmarshal(b, &meta) != nil || meta.WeightsDigest == "" {
+			continue
+		}
+		if meta.WeightsDigest != digest {
+			return fmt.Errorf("agrl: %s holds other weights than the run trained on (weights digest %s now, %s at %s): "+
+				"the checkpoints belong to the weights it held then; put them back, or train a new run on these",
+				model, digest, meta.WeightsDigest, filepath.Base(c))
+		}
+		return nil
+	}
+	return nil
 }
 
 // Save writes the adapters (with full fine-tuning, the whole model as a Hugging Face model
@@ -1525,7 +1555,8 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 	meta := pretrainedJSON{Format: policyFormat, Kind: kindPretrained, Model: p.model, Arch: p.cfg.Architecture,
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		CallMemoryGiB: p.spec.CallMemoryGiB,
-		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat}
+		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat,
+		WeightsDigest: p.digest}
 	if p.spec.Compute == "bfloat16" {
 		meta.Compute = p.spec.Compute
 	}

@@ -381,3 +381,43 @@ func TestTrainPretrainedFromHub(t *testing.T) {
 		t.Errorf("an id the hub cannot serve: exit %d: %s", code, stderr)
 	}
 }
+
+// TestPretrainedBaseSwapped: a run's checkpoints record a digest of the base model's weights;
+// when the model directory holds other weights of the same shape afterwards, eval, export and
+// a resume refuse to pair the run's adapters with them.
+func TestPretrainedBaseSwapped(t *testing.T) {
+	root := t.TempDir()
+	m, out := filepath.Join(root, "m"), filepath.Join(root, "run")
+	if err := os.CopyFS(m, os.DirFS(fixture)); err != nil {
+		t.Fatal(err)
+	}
+	train := []string{"train", "--env", "calc", "--model", m, "--lora-rank", "4", "--lora-alpha", "8", "--steps", "1", "--group", "2",
+		"--tasks", "1", "--eval-tasks", "1", "--eval-every", "0", "--max-action-tokens", "8", "--sft-steps", "0", "--out", out, "--quiet"}
+	if code, _, stderr := runCLI(train...); code != 0 {
+		t.Fatalf("train: exit %d: %s", code, stderr)
+	}
+	if code, _, stderr := runCLI("eval", "--run", out, "--n", "1"); code != 0 {
+		t.Fatalf("eval with the same weights: exit %d: %s", code, stderr)
+	}
+	other := filepath.Join(root, "other")
+	if code, _, stderr := runCLI("model", "random", "-shape", "tiny-qwen3", "-vocab", "320", "-context", "2048", "-seed", "2",
+		"-tokenizer", filepath.Join(fixture, "tokenizer.json"), "-out", other); code != 0 {
+		t.Fatalf("model random: exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(other, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(m, "model.safetensors"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"eval", "--run", out, "--n", "1"},
+		{"model", "export", "-run", out, "-out", filepath.Join(root, "peft")},
+		append(slices.Clone(train[:len(train)-1]), "--steps", "2"),
+	} {
+		if code, _, stderr := runCLI(args...); code != 1 || !strings.Contains(stderr, m+" holds other weights than the run trained on") {
+			t.Errorf("%v: exit %d, want 1 and the weights' mismatch: %s", args, code, stderr)
+		}
+	}
+}
