@@ -41,6 +41,9 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	if *step < 0 {
 		problems = append(problems, fmt.Errorf("-step %d: want a step number >= 1 (0: the newest recorded)", *step))
 	}
+	if *ep < -1 {
+		problems = append(problems, fmt.Errorf("-episode %d: want an episode number >= 0 (or leave it out: the largest advantage of the first group with signal)", *ep))
+	}
 	if len(problems) > 0 {
 		return usageError{errors.Join(problems...)}
 	}

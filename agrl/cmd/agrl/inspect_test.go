@@ -62,6 +62,7 @@ func TestInspect(t *testing.T) {
 		{"inspect"},
 		{"inspect", "--run", out, "--step", "-1"},
 		{"inspect", "--run", out, "--step", "1", "--episode", "9999"},
+		{"inspect", "--run", out, "--step", "1", "--episode", "-5"},
 	} {
 		if code, _, _ := runCLI(bad...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", bad, code)
