@@ -134,3 +134,17 @@ type RolloutStats struct {
 	Generated int     // tokens sampled
 	Seconds   float64 // wall time, environment steps included
 }
+
+// PromptTooLongError is a rollout's error when a task's prompt leaves no room for an action
+// within the episode's token budget (RolloutOptions.MaxTokens, or the model's context): a
+// setting to change, which resuming the same run as it is cannot get past.
+type PromptTooLongError struct {
+	Task   string // the task's ID
+	Tokens int    // the prompt's tokens
+	Budget int    // the episode's token budget
+	Need   int    // the smallest budget that leaves room for an action
+}
+
+func (e *PromptTooLongError) Error() string {
+	return fmt.Sprintf("the prompt of task %s takes %d tokens; the budget is %d (at least %d leaves room for an action)", e.Task, e.Tokens, e.Budget, e.Need)
+}

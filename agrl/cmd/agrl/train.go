@@ -455,6 +455,14 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 			}
 			return nil, fmt.Errorf("stopped after %d GRPO steps (%v); checkpoint saved: %s", len(res.History), err, resume)
 		}
+		if tooLong := (*agrl.PromptTooLongError)(nil); errors.As(err, &tooLong) {
+			// A setting, not an interruption: the same command would stop at the same prompt.
+			advice := fmt.Sprintf("raise -max-tokens to at least %d (a pretrained model's context bounds it too)", tooLong.Need)
+			if resume != "" {
+				advice += "; this run then resumes with -new-settings, or start afresh in another -out"
+			}
+			return nil, fmt.Errorf("%w\n%s", err, advice)
+		}
 		if resume != "" {
 			return nil, fmt.Errorf("%w\n%s", err, resume)
 		}

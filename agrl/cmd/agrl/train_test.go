@@ -369,3 +369,15 @@ func TestProgressPhases(t *testing.T) {
 		t.Errorf("terminal: %q", got)
 	}
 }
+
+// TestTrainPromptTooLong: a token budget that a prompt fills is a setting to change, and the
+// CLI says so (not "run the same command to resume", which would stop at the same prompt).
+func TestTrainPromptTooLong(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "run")
+	code, _, stderr := runCLI("train", "--env", "calc", "--max-tokens", "10", "--steps", "2", "--sft-steps", "2", "--group", "2",
+		"--tasks", "1", "--eval-tasks", "1", "--eval-every", "0", "--out", out, "--quiet")
+	if code != 1 || !strings.Contains(stderr, "takes 17 tokens; the budget is 10 (at least 19 leaves room for an action)") ||
+		!strings.Contains(stderr, "raise -max-tokens to at least 19") || strings.Contains(stderr, "run the same command") {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+}
