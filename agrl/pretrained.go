@@ -245,30 +245,23 @@ func (p PretrainedLM) Spec() PretrainedSpec {
 // weights or compute dtype, or chat format.
 func (p PretrainedLM) Validate() error {
 	var errs []error
-	var model *hf.Config // the model's config, when it could be read
 	switch {
 	case strings.TrimSpace(p.dir) == "":
 		errs = append(errs, errors.New("no model directory"))
 	default:
 		// A hub id not downloaded yet is checked when the learner has downloaded it.
 		if dir, ok := p.modelDir(); ok {
-			if cfg, err := hf.LoadConfig(filepath.Join(dir, "config.json")); err != nil {
+			if _, err := hf.LoadConfig(filepath.Join(dir, "config.json")); err != nil {
 				if errors.Is(err, os.ErrNotExist) {
 					err = fmt.Errorf("%s is not a Hugging Face model directory (no config.json); download the model there first, or name it by hub id (owner/name)", dir)
 				}
 				errs = append(errs, err)
-			} else {
-				model = &cfg
 			}
 		}
 	}
 	switch {
 	case p.full && p.dropout != 0:
 		errs = append(errs, fmt.Errorf("lora_dropout %v with full fine-tuning: dropout applies to LoRA adapters only", p.dropout))
-	case !p.full && model != nil:
-		if err := p.Spec().LoRA.CheckModel(*model); err != nil {
-			errs = append(errs, err)
-		}
 	case !p.full:
 		if err := p.Spec().LoRA.Validate(); err != nil {
 			errs = append(errs, err)

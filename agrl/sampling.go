@@ -139,12 +139,16 @@ type RolloutStats struct {
 // within the episode's token budget (RolloutOptions.MaxTokens, or the model's context): a
 // setting to change, which resuming the same run as it is cannot get past.
 type PromptTooLongError struct {
-	Task   string // the task's ID
-	Tokens int    // the prompt's tokens
-	Budget int    // the episode's token budget
-	Need   int    // the smallest budget that leaves room for an action
+	Task    string // the task's ID
+	Tokens  int    // the prompt's tokens
+	Budget  int    // the episode's token budget: MaxTokens, at most the model's context
+	Need    int    // the smallest budget that leaves room for an action
+	Context int    // the model's context, which bounds every budget
 }
 
 func (e *PromptTooLongError) Error() string {
+	if e.Need > e.Context {
+		return fmt.Sprintf("the prompt of task %s takes %d tokens; the model's context is %d (an action needs at least %d)", e.Task, e.Tokens, e.Context, e.Need)
+	}
 	return fmt.Sprintf("the prompt of task %s takes %d tokens; the budget is %d (at least %d leaves room for an action)", e.Task, e.Tokens, e.Budget, e.Need)
 }

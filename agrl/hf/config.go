@@ -440,9 +440,9 @@ func (c Config) validate() []error {
 
 // The largest sizes a config may give. Released decoders stay far below them (vocabularies up
 // to about 260k, widths up to 16,384 and MLPs to 53,248, 126 layers, 128 heads of up to 256
-// dimensions, contexts up to 10M), and with them every size the package computes from a config
-// (a tensor's elements, the parameter count) fits an int: a config that claims more is refused
-// before anything is sized from it.
+// dimensions, contexts up to 10M). Within them a tensor's elements and the parameter count
+// (under 2^61) fit an int64, so a config that claims more is refused before anything is sized
+// from it; products of the count (bytes, copies) are the callers' to compute in float64.
 const (
 	maxVocab     = 1 << 24
 	maxWidth     = 1 << 20

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,8 +21,10 @@ const fingerprintBlocks, fingerprintBlock = 64, 4096
 // of 4 KiB spread evenly over it, the first holding its header. It is a sample, not a hash of
 // every byte: it tells apart two checkpoints whose weights differ throughout (another model,
 // another seed, a fine-tuned copy of the same shape) at the cost of reading a few hundred
-// kilobytes, and it may miss a change confined to a few values. A run records it to notice
-// that the model directory it trained from holds other weights now.
+// kilobytes a file, and it may miss a change confined to a few values. It covers the files'
+// layout too: the same weights saved in other shards, or with other metadata in their headers,
+// have another digest. A run records it to notice that the model directory it trained from
+// holds other weight files now.
 func Fingerprint(dir string) (string, error) {
 	files := []string{SingleFile}
 	if _, err := os.Stat(filepath.Join(dir, SingleFile)); errors.Is(err, fs.ErrNotExist) {
@@ -66,10 +69,10 @@ func fingerprintFile(h interface{ Write([]byte) (int, error) }, path, name strin
 	for i := range int64(fingerprintBlocks) {
 		off := i * (size / fingerprintBlocks)
 		n, err := f.ReadAt(buf, off)
-		if n == 0 && err != nil {
-			break // past the end of a file shorter than the blocks
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("hf: %w", err)
 		}
-		h.Write(buf[:n])
+		h.Write(buf[:n]) // short (or empty) at the end of a file shorter than the blocks
 	}
 	return nil
 }

@@ -57,4 +57,18 @@ func TestFingerprint(t *testing.T) {
 	if _, err := Fingerprint(t.TempDir()); err == nil || !strings.Contains(err.Error(), IndexFile) {
 		t.Errorf("an empty directory: %v", err)
 	}
+	odd := t.TempDir()
+	if err := os.Mkdir(filepath.Join(odd, SingleFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fingerprint(odd); err == nil {
+		t.Error("a directory named model.safetensors gave a digest")
+	}
+	empty := t.TempDir()
+	if err := os.WriteFile(filepath.Join(empty, SingleFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if digest(empty) == "" {
+		t.Error("an empty file gave no digest")
+	}
 }

@@ -170,12 +170,6 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	if err := checkModelFits(s.Dir, s, usableMemory()); err != nil {
 		return nil, err
 	}
-	if cfg, err := hf.LoadConfig(filepath.Join(s.Dir, "config.json")); err == nil && !s.Full {
-		// Validate did this for a directory; a hub model's config is here only now.
-		if err := s.LoRA.CheckModel(cfg); err != nil {
-			return nil, fmt.Errorf("agrl: %s: %w", modelName, err)
-		}
-	}
 	var pol *agent.Policy
 	if s.ChatFormat != "" {
 		f, err := chat.ByName(s.ChatFormat)
@@ -1529,8 +1523,8 @@ func checkBaseDigest(ckdir, model, digest string) error {
 			continue
 		}
 		if meta.WeightsDigest != digest {
-			return fmt.Errorf("agrl: %s holds other weights than the run trained on (weights digest %s now, %s at %s): "+
-				"the checkpoints belong to the weights it held then; put them back, or train a new run on these",
+			return fmt.Errorf("agrl: %s holds other weights than the run trained on (weights digest %s now, %s at %s; "+
+				"re-saving the same weights in other files changes it too): the checkpoints belong to the files it held then; put them back, or train a new run on these",
 				model, digest, meta.WeightsDigest, filepath.Base(c))
 		}
 		return nil

@@ -46,14 +46,23 @@ func checkModelFits(dir string, s agrl.PretrainedSpec, usable int64) error {
 		copies = fullHostCopies
 		what = fmt.Sprintf("%d float32 copies of its weights (the trained weights, their gradients, AdamW's two moments, the frozen reference)", fullHostCopies)
 	}
-	need := params * 4 * copies
-	if need <= usable {
+	need := float64(params) * 4 * float64(copies)
+	if !s.Full && s.LoRA.Validate() == nil && cfg.Validate() == nil {
+		// The adapters, their gradients and AdamW's two moments, in float32.
+		a := float64(s.LoRA.AdapterParams(cfg))
+		need += a * 4 * 4
+		what += fmt.Sprintf(", and its LoRA adapters at rank %d (%.2fM parameters: with their gradients and AdamW's moments, four float32 copies)", s.LoRA.Rank, a/1e6)
+	}
+	if need <= float64(usable) {
 		return nil
 	}
 	hint := "a smaller model, or a machine with more memory"
+	if !s.Full {
+		hint = "a smaller model or LoRA rank, or a machine with more memory"
+	}
 	if s.Full {
 		hint = "LoRA adapters instead of -full (Full), " + hint
 	}
 	return fmt.Errorf("agrl: %s (%.2fB parameters) does not fit this machine's memory: it needs at least %s, %.1f GiB, and this process may use %.1f GiB (the smaller of MemTotal and the cgroup's memory.max); use %s",
-		dir, float64(params)/1e9, what, float64(need)/(1<<30), float64(usable)/(1<<30), hint)
+		dir, float64(params)/1e9, what, need/(1<<30), float64(usable)/(1<<30), hint)
 }

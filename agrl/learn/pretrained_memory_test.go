@@ -1,6 +1,7 @@
 package learn
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +23,8 @@ func TestModelFits(t *testing.T) {
 	}
 	weights := int64(cfg.NumParams()) * 4
 	lora, full := agrl.Pretrained(dir).LoRA(4, 8).Spec(), agrl.Pretrained(dir).Full().Spec()
+	adapters := lora.LoRA.AdapterParams(cfg) * 16 // float32 adapters, gradients and two moments
+	huge := agrl.Pretrained(dir).LoRA(60000, 8).Spec()
 	gpuFull := agrl.Pretrained(dir).Full().Backend("xla:cuda").Spec()
 	for _, c := range []struct {
 		name   string
@@ -29,8 +32,10 @@ func TestModelFits(t *testing.T) {
 		usable int64
 		ok     bool
 	}{
-		{"lora at its weights", lora, weights, true},
-		{"lora below its weights", lora, weights - 1, false},
+		{"lora at its weights and adapters", lora, weights + adapters, true},
+		{"lora below its weights and adapters", lora, weights + adapters - 1, false},
+		{"rank 60000 below its adapters", huge, weights + huge.LoRA.AdapterParams(cfg)*16 - 1, false},
+		{"rank 4 with the room rank 60000 lacks", lora, weights + huge.LoRA.AdapterParams(cfg)*16 - 1, true},
 		{"full at five copies", full, 5 * weights, true},
 		{"full below five copies", full, 5*weights - 1, false},
 		{"full on another backend: the host's copy", gpuFull, weights, true},
@@ -41,7 +46,8 @@ func TestModelFits(t *testing.T) {
 			t.Errorf("%s: %v, want ok %v", c.name, err, c.ok)
 			continue
 		}
-		if err != nil && (!strings.Contains(err.Error(), "GiB") || strings.Contains(err.Error(), "LoRA adapters instead") != c.spec.Full) {
+		if err != nil && (!strings.Contains(err.Error(), "GiB") || strings.Contains(err.Error(), "LoRA adapters instead") != c.spec.Full ||
+			strings.Contains(err.Error(), fmt.Sprintf("LoRA adapters at rank %d", c.spec.LoRA.Rank)) == c.spec.Full) {
 			t.Errorf("%s: %v does not name the sizes and the way out", c.name, err)
 		}
 	}

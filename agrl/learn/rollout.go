@@ -53,7 +53,7 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 		ep := l.Episode()
 		ep.Tokens = p.tok.AppendEncode([]int32{agrl.BOS}, ep.Prompt)
 		if len(ep.Tokens)+2 > budget {
-			return nil, st, fmt.Errorf("agrl: Rollout: %w", &agrl.PromptTooLongError{Task: task.ID, Tokens: len(ep.Tokens), Budget: budget, Need: len(ep.Tokens) + 2})
+			return nil, st, fmt.Errorf("agrl: Rollout: %w", &agrl.PromptTooLongError{Task: task.ID, Tokens: len(ep.Tokens), Budget: budget, Need: len(ep.Tokens) + 2, Context: p.arch.Context})
 		}
 		ep.LossMask = make([]uint8, len(ep.Tokens))
 		ep.LogProbs = make([]float32, len(ep.Tokens))

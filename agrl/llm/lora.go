@@ -99,10 +99,29 @@ func (c LoRAConfig) Validate() error {
 	return nil
 }
 
+// MaxLoRARank bounds a LoRA rank. Useful ranks are up to a few hundred (a rank above a
+// projection's smaller side, min(in, out), adds parameters that express nothing more); the bound
+// only keeps an absurd one from sizing the adapters past any memory.
+const MaxLoRARank = 1 << 16
+
+// AdapterParams is the number of parameters of c's adapters on model: A [r, in] and B [out, r]
+// for every targeted projection of every layer (c valid).
+func (c LoRAConfig) AdapterParams(model hf.Config) int64 {
+	var n int64
+	for _, name := range c.TargetModules {
+		out, in := moduleShape(model, moduleIndex(name))
+		n += int64(c.Rank) * int64(in+out)
+	}
+	return n * int64(model.NumHiddenLayers)
+}
+
 func (c LoRAConfig) problems() []error {
 	var errs []error
-	if c.Rank < 1 {
+	switch {
+	case c.Rank < 1:
 		errs = append(errs, fmt.Errorf("rank %d is below 1", c.Rank))
+	case c.Rank > MaxLoRARank:
+		errs = append(errs, fmt.Errorf("rank %d is above %d", c.Rank, MaxLoRARank))
 	}
 	if !(c.Alpha > 0) || math.IsInf(c.Alpha, 1) {
 		errs = append(errs, fmt.Errorf("alpha %v is not a positive number", c.Alpha))
@@ -124,25 +143,6 @@ func (c LoRAConfig) problems() []error {
 		seen[name] = true
 	}
 	return errs
-}
-
-// CheckModel returns an error unless c is valid (Validate) and fits model: every targeted
-// projection's adapters are an in×rank and a rank×out matrix, so a rank above min(in, out)
-// adds parameters without adding anything they can express (and an absurd one only memory).
-func (c LoRAConfig) CheckModel(model hf.Config) error {
-	errs := c.problems()
-	if len(errs) == 0 && model.Validate() == nil {
-		for _, name := range c.TargetModules {
-			out, in := moduleShape(model, moduleIndex(name))
-			if c.Rank > min(in, out) {
-				errs = append(errs, fmt.Errorf("rank %d is above %s's smaller side (%d × %d): want at most %d", c.Rank, name, out, in, min(in, out)))
-			}
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("llm: LoRA config: %w", errors.Join(errs...))
-	}
-	return nil
 }
 
 // targets returns whether each projection is targeted, c being valid.
@@ -240,10 +240,10 @@ func newAdapters(model hf.Config, cfg LoRAConfig, base string) *Adapters {
 // m itself is unchanged: run the adapters with m.WithAdapters. The adapters' BaseModel is the
 // directory m was loaded from.
 func (m *Model) AddLoRA(cfg LoRAConfig, seed uint64) (*Adapters, error) {
-	root := m.base()
-	if err := cfg.CheckModel(root.cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	root := m.base()
 	a := newAdapters(root.cfg, cfg, root.dir)
 	src := rand.NewPCG(seed, 0x6167726c2e6c6f72) // the second word spells "agrl.lor"
 	for l := range a.layers {

@@ -89,25 +89,19 @@ func TestLoRAConfigValidate(t *testing.T) {
 	if err := allLinear(8, 16).Validate(); err != nil {
 		t.Errorf("valid config: %v", err)
 	}
-	// CheckModel: a rank up to the targeted projections' smaller side (k_proj's 16 × 64 here).
+	if err := allLinear(MaxLoRARank, 16).Validate(); err != nil {
+		t.Errorf("rank %d: %v", MaxLoRARank, err)
+	}
+	if err := allLinear(1000000000, 16).Validate(); err == nil || !strings.Contains(err.Error(), "rank 1000000000 is above 65536") {
+		t.Errorf("rank 1e9: %v", err)
+	}
+	// AdapterParams by hand: hidden 64, q 4×16 = 64 wide, k and v 1×16, MLP 128, 2 layers;
+	// rank 3 on q (64 → 64), v (64 → 16) and down (128 → 64): 3·(128 + 80 + 192) a layer.
 	model := hf.Config{Architecture: "Qwen3ForCausalLM", Family: hf.Qwen3, VocabSize: 100, HiddenSize: 64, IntermediateSize: 128,
 		NumHiddenLayers: 2, NumAttentionHeads: 4, NumKeyValueHeads: 1, HeadDim: 16, MaxPositionEmbeddings: 64,
 		RMSNormEps: 1e-6, RopeTheta: 1e6, BOSTokenID: -1}
-	if err := model.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if err := allLinear(16, 16).CheckModel(model); err != nil {
-		t.Errorf("rank 16: %v", err)
-	}
-	if err := allLinear(17, 16).CheckModel(model); err == nil || !strings.Contains(err.Error(), "rank 17 is above k_proj's smaller side (16 × 64): want at most 16") ||
-		!strings.Contains(err.Error(), "v_proj") || strings.Contains(err.Error(), "q_proj") {
-		t.Errorf("rank 17: %v", err)
-	}
-	if err := (LoRAConfig{Rank: 1 << 30, Alpha: 8, TargetModules: []string{"gate_proj"}}).CheckModel(model); err == nil || !strings.Contains(err.Error(), "want at most 64") {
-		t.Errorf("rank 2^30 on gate_proj: %v", err)
-	}
-	if err := (LoRAConfig{Rank: 0, Alpha: 8, TargetModules: []string{"q_proj"}}).CheckModel(model); err == nil || !strings.Contains(err.Error(), "rank 0 is below 1") {
-		t.Errorf("rank 0: %v", err)
+	if n := (LoRAConfig{Rank: 3, Alpha: 8, TargetModules: []string{"q_proj", "v_proj", "down_proj"}}).AdapterParams(model); n != 2*3*(128+80+192) {
+		t.Errorf("AdapterParams = %d, want %d", n, 2*3*(128+80+192))
 	}
 	bad := LoRAConfig{Rank: 0, Alpha: 0, Dropout: 1, TargetModules: []string{"q_proj", "lm_head", "q_proj"}}
 	err := bad.Validate()

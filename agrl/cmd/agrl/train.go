@@ -457,9 +457,17 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 		}
 		if tooLong := (*agrl.PromptTooLongError)(nil); errors.As(err, &tooLong) {
 			// A setting, not an interruption: the same command would stop at the same prompt.
-			advice := fmt.Sprintf("raise -max-tokens to at least %d (a pretrained model's context bounds it too)", tooLong.Need)
-			if resume != "" {
-				advice += "; this run then resumes with -new-settings, or start afresh in another -out"
+			var advice string
+			switch {
+			case tooLong.Need > tooLong.Context && f.model != "":
+				advice = "the model's context cannot hold this environment's prompts: train a model with a longer context"
+			case tooLong.Need > tooLong.Context:
+				advice = fmt.Sprintf("give the model a context of at least %d tokens (-context), in a new run (-out): a run keeps its model's shape", tooLong.Need)
+			default:
+				advice = fmt.Sprintf("raise -max-tokens to at least %d", tooLong.Need)
+				if resume != "" {
+					advice += "; this run then resumes with -new-settings, or start afresh in another -out"
+				}
 			}
 			return nil, fmt.Errorf("%w\n%s", err, advice)
 		}

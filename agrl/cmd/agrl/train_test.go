@@ -380,4 +380,11 @@ func TestTrainPromptTooLong(t *testing.T) {
 		!strings.Contains(stderr, "raise -max-tokens to at least 19") || strings.Contains(stderr, "run the same command") {
 		t.Errorf("exit %d: %s", code, stderr)
 	}
+	// A context too short: -max-tokens cannot help (the context bounds every budget).
+	code, _, stderr = runCLI("train", "--env", "calc", "--context", "16", "--steps", "2", "--sft-steps", "2", "--group", "2",
+		"--tasks", "1", "--eval-tasks", "1", "--eval-every", "0", "--out", filepath.Join(t.TempDir(), "run"), "--quiet")
+	if code != 1 || !strings.Contains(stderr, "takes 17 tokens; the model's context is 16 (an action needs at least 19)") ||
+		!strings.Contains(stderr, "context of at least 19 tokens (-context), in a new run") || strings.Contains(stderr, "-max-tokens") {
+		t.Errorf("-context 16: exit %d: %s", code, stderr)
+	}
 }

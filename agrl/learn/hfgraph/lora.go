@@ -34,7 +34,7 @@ const pcgStream = 0x6167726c2e6c6f72
 // llm.LoRAModules order, row by row), so that at first the model computes exactly what its base
 // does. It fails if m has adapters already.
 func (m *Model) AddLoRA(cfg llm.LoRAConfig, seed uint64) error {
-	if err := cfg.CheckModel(m.cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("hfgraph: %w", err)
 	}
 	if m.lora != nil {

@@ -80,7 +80,7 @@ func (p *Policy) Rollout(env agrl.Env, tasks []agrl.Task, opt agrl.RolloutOption
 			return nil, st, fmt.Errorf("agent: task %s: %w", task.ID, err)
 		}
 		if len(prompt)+1 > budget {
-			return nil, st, fmt.Errorf("agent: Rollout: %w", &agrl.PromptTooLongError{Task: task.ID, Tokens: len(prompt), Budget: budget, Need: len(prompt) + 1})
+			return nil, st, fmt.Errorf("agent: Rollout: %w", &agrl.PromptTooLongError{Task: task.ID, Tokens: len(prompt), Budget: budget, Need: len(prompt) + 1, Context: p.Context()})
 		}
 		ep.Tokens = prompt
 		ep.LossMask = make([]uint8, len(prompt))
