@@ -146,6 +146,8 @@ type PromptTooLongError struct {
 	Context int    // the model's context, which bounds every budget
 }
 
+// Error names the task, its prompt's tokens and the budget it would need, or the model's
+// context when that is what is short.
 func (e *PromptTooLongError) Error() string {
 	if e.Need > e.Context {
 		return fmt.Sprintf("the prompt of task %s takes %d tokens; the model's context is %d (an action needs at least %d)", e.Task, e.Tokens, e.Context, e.Need)
