@@ -54,7 +54,8 @@ func Fingerprint(dir string) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
 }
 
-func fingerprintFile(h interface{ Write([]byte) (int, error) }, path, name string, buf []byte) error {
+// fingerprintFile writes file path's name, size and sampled blocks to h, reading through buf.
+func fingerprintFile(h io.Writer, path, name string, buf []byte) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("hf: %w", err)

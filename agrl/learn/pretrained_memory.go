@@ -47,7 +47,7 @@ func checkModelFits(dir string, s agrl.PretrainedSpec, usable int64) error {
 		what = fmt.Sprintf("%d float32 copies of its weights (the trained weights, their gradients, AdamW's two moments, the frozen reference)", fullHostCopies)
 	}
 	need := float64(params) * 4 * float64(copies)
-	if !s.Full && s.LoRA.Validate() == nil && cfg.Validate() == nil {
+	if !s.Full && s.LoRA.Validate() == nil { // (LoadConfig validated cfg)
 		// The adapters, their gradients and AdamW's two moments, in float32.
 		a := float64(s.LoRA.AdapterParams(cfg))
 		need += a * 4 * 4
@@ -56,12 +56,9 @@ func checkModelFits(dir string, s agrl.PretrainedSpec, usable int64) error {
 	if need <= float64(usable) {
 		return nil
 	}
-	hint := "a smaller model, or a machine with more memory"
-	if !s.Full {
-		hint = "a smaller model or LoRA rank, or a machine with more memory"
-	}
+	hint := "a smaller model or LoRA rank, or a machine with more memory"
 	if s.Full {
-		hint = "LoRA adapters instead of -full (Full), " + hint
+		hint = "LoRA adapters instead of -full (Full), a smaller model, or a machine with more memory"
 	}
 	return fmt.Errorf("agrl: %s (%.2fB parameters) does not fit this machine's memory: it needs at least %s, %.1f GiB, and this process may use %.1f GiB (the smaller of MemTotal and the cgroup's memory.max); use %s",
 		dir, float64(params)/1e9, what, need/(1<<30), float64(usable)/(1<<30), hint)

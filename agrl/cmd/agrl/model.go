@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"agrl.dev/agrl"
@@ -96,7 +97,7 @@ func cmdModelRandom(args []string, stdout, stderr io.Writer) error {
 		return usageError{err}
 	}
 	// The weights are held whole, in their stored dtype, while the file is written.
-	size := int64(cfg.NumParams()) * int64(map[string]int{"bfloat16": 2, "float16": 2, "float32": 4}[*dtype])
+	size := int64(cfg.NumParams()) * int64(dtypes[*dtype].Size())
 	if usable := sysmem.Usable(); usable > 0 && size > usable {
 		return usageError{fmt.Errorf("%s with %d ids is %d parameters: %.1f GB of %s weights, more than this machine's %.1f GB",
 			*shape, cfg.VocabSize, cfg.NumParams(), float64(size)/1e9, *dtype, float64(usable)/1e9)}
@@ -128,6 +129,9 @@ func cmdModelRandom(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// dtypes are the stored dtypes the model commands take, by torch_dtype name.
+var dtypes = map[string]hf.DType{"float32": hf.F32, "bfloat16": hf.BF16, "float16": hf.F16}
+
 // checkNewDir returns an error unless dir is absent or an empty directory: the model
 // commands write config.json and the weights' files there, which would replace a run's
 // configuration, another model's files or anything else of the same name.
@@ -148,20 +152,19 @@ func checkNewDir(dir string) error {
 	if len(entries) == 0 {
 		return nil
 	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
 	what := "files"
-	if _, err := os.Stat(filepath.Join(dir, agrl.RunMetricsFile)); err == nil {
+	switch {
+	case slices.Contains(names, agrl.RunMetricsFile) || slices.Contains(names, agrl.RunCheckpointsDir):
 		what = "a training run"
-	} else if _, err := os.Stat(filepath.Join(dir, agrl.RunCheckpointsDir)); err == nil {
-		what = "a training run"
-	} else if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+	case slices.Contains(names, "config.json"):
 		what = "a model"
 	}
-	names := make([]string, 0, 4)
-	for _, e := range entries[:min(len(entries), 4)] {
-		names = append(names, e.Name())
-	}
-	if len(entries) > 4 {
-		names = append(names, "…")
+	if len(names) > 4 {
+		names = append(names[:4], "…")
 	}
 	return fmt.Errorf("-out %s already holds %s (%s): writing there would replace its files; name a new or empty directory", dir, what, strings.Join(names, ", "))
 }
@@ -194,7 +197,7 @@ func cmdModelExport(args []string, stdout, stderr io.Writer) error {
 	if *runDir == "" || *out == "" {
 		errs = append(errs, errors.New("-run and -out are required"))
 	}
-	dt := map[string]hf.DType{"float32": hf.F32, "bfloat16": hf.BF16, "float16": hf.F16}[*dtype]
+	dt := dtypes[*dtype]
 	if dt == "" {
 		errs = append(errs, fmt.Errorf("-dtype %q: want float32, bfloat16 or float16", *dtype))
 	}
