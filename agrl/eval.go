@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -138,18 +139,58 @@ func (r EvalResult) Difficulties() []Difficulty {
 
 // BeforeAfter returns the run's evaluations labelled LabelSFT (the policy GRPO starts from)
 // and LabelFinal (after GRPO), by split; the last record wins. Either map is empty when the
-// run did not record it (no warm start, or not finished).
+// run did not record it (no warm start, or not finished). A split's before is left out when a
+// resume with new settings changed what an evaluation measures after it was made
+// (BeforeAfterChanges names the changes).
 func (r *Run) BeforeAfter() (before, after map[Split]EvalResult) {
 	before, after = map[Split]EvalResult{}, map[Split]EvalResult{}
+	b, a := r.startAndFinal()
+	for s, e := range a {
+		after[s] = e.EvalResult
+	}
+	for s, e := range b {
+		if f, ok := a[s]; ok && len(r.EvalChangesBetween(e.Settings, f.Settings)) > 0 {
+			continue // measured under other settings: not a before of this after
+		}
+		before[s] = e.EvalResult
+	}
+	return before, after
+}
+
+// startAndFinal returns the last evaluation of each split labelled LabelSFT and LabelFinal.
+func (r *Run) startAndFinal() (start, final map[Split]EvalRecord) {
+	start, final = map[Split]EvalRecord{}, map[Split]EvalRecord{}
 	for _, e := range r.Evals {
 		switch e.Label {
 		case LabelSFT:
-			before[e.Split] = e.EvalResult
+			start[e.Split] = e
 		case LabelFinal:
-			after[e.Split] = e.EvalResult
+			final[e.Split] = e
 		}
 	}
-	return before, after
+	return start, final
+}
+
+// BeforeAfterChanges returns the changes to the evaluation settings made (by resuming with new
+// settings) between the evaluation of the policy GRPO started from and the final one: when
+// there are any, BeforeAfter leaves out the splits' "before", which measured something else
+// (another env, other tasks, another temperature…). Nil when the two compare.
+func (r *Run) BeforeAfterChanges() []SettingChange {
+	b, a := r.startAndFinal()
+	var out []SettingChange
+	for _, s := range []Split{Dev, Test, OOD} {
+		e, ok1 := b[s]
+		f, ok2 := a[s]
+		if !ok1 || !ok2 {
+			continue
+		}
+		for _, c := range r.EvalChangesBetween(e.Settings, f.Settings) {
+			if !slices.ContainsFunc(out, func(x SettingChange) bool { return x.Setting == c.Setting }) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
 }
 
 // FormatBeforeAfter renders a before/after table as text, one row per split (dev, test, ood)

@@ -33,6 +33,14 @@ import (
 // Either way config.json then holds the new configuration and config_history.jsonl one line
 // (a ConfigChange) naming every change and the step it took effect at, so the record never
 // claims settings the run did not have. Callbacks (OnStep, Progress) are not settings.
+//
+// Each evaluation records the revision of the settings it was made under (EvalRecord.Settings,
+// the lines config_history.jsonl then held). When a resume changes what an evaluation measures
+// (EvalChanges: the env, rubric, mix, evaluation tasks, temperature or seed, the episode's
+// limits), the evaluations made before no longer compare with those after: Run.BeforeAfter
+// leaves out the start's evaluation (Run.BeforeAfterChanges names why, and the trainer warns
+// when it resumes), and StopOnPlateau compares only the dev evaluations made under the settings
+// in force.
 
 // RunConfigHistoryFile records, one JSON line each, the settings changed when a run resumed.
 const RunConfigHistoryFile = "config_history.jsonl"
@@ -238,6 +246,59 @@ func ConfigHistory(dir string) ([]ConfigChange, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// trainingOnly are the settings (dotted paths; a trailing "." names every setting under it)
+// that change how a run trains or reports but not what its evaluations measure: a policy
+// evaluated before such a change and one evaluated after it were measured alike. Every other
+// setting — the env, its tools, rubric and mix, the evaluation's tasks, temperature and seed,
+// the turn and token limits, the model — counts as changing the measure (EvalChanges).
+var trainingOnly = []string{"steps", "out", "eval_every", "checkpoint_every", "trajectories_every",
+	"policy.backend", "policy.seed", "pretrained.backend", "pretrained.decoding", "pretrained.micro_batch", "pretrained.call_memory_gib",
+	"group", "tasks_per_step", "clip_low", "clip_high", "kl", "kl_estimator", "optimizer.", "epochs", "minibatches",
+	"advantage_norm", "loss_norm", "temperature", "dynamic_sampling", "curriculum", "screen", "gamma",
+	"stop_on_plateau", "turn_advantages", "mask_truncated", "warm_start."}
+
+// EvalChanges returns those of changes that alter what an evaluation measures (the env, its
+// rubric or mix, the evaluation's tasks, temperature or seed, the limits of an episode…): an
+// evaluation made before them is not comparable with one made after. Changes to how the run
+// trains or reports (the optimizer, GRPO's coefficients, the warm start, how often it
+// evaluates) are left out.
+func EvalChanges(changes []SettingChange) []SettingChange {
+	var out []SettingChange
+	for _, c := range changes {
+		free := slices.ContainsFunc(trainingOnly, func(p string) bool {
+			return c.Setting == p || strings.HasSuffix(p, ".") && strings.HasPrefix(c.Setting, p)
+		})
+		if !free {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// EvalChangesBetween returns the changes to the evaluation settings (EvalChanges) that
+// config_history.jsonl records between two settings revisions (EvalRecord.Settings): those of
+// its lines from+1 to to. A setting changed twice is named once, from its first old value to
+// its last new one; one changed and changed back is left out.
+func (r *Run) EvalChangesBetween(from, to int) []SettingChange {
+	if from > to {
+		from, to = to, from
+	}
+	from, to = max(from, 0), min(to, len(r.History))
+	var out []SettingChange
+	for _, line := range r.History[from:to] {
+		for _, c := range EvalChanges(line.Changes) {
+			if k := slices.IndexFunc(out, func(x SettingChange) bool { return x.Setting == c.Setting }); k >= 0 {
+				out[k].New = c.New
+				continue
+			}
+			out = append(out, c)
+		}
+	}
+	out = slices.DeleteFunc(out, func(c SettingChange) bool { return reflect.DeepEqual(c.Old, c.New) })
+	sort.Slice(out, func(i, j int) bool { return out[i].Setting < out[j].Setting })
+	return out
 }
 
 // ModelChanges returns the changes to the model's shape or tokenizer ("policy.*" other than

@@ -312,3 +312,60 @@ func TestRewind(t *testing.T) {
 		t.Errorf("keepEval ignored: %d records", len(r.Evals))
 	}
 }
+
+// TestBeforeAfterAcrossSettings: a resume that changes what an evaluation measures leaves the
+// start's evaluation out of the before/after table until the settings are those it was made
+// under again; changes to how the run trains do not.
+func TestBeforeAfterAcrossSettings(t *testing.T) {
+	ch := func(setting string, old, new any) SettingChange {
+		return SettingChange{Setting: setting, Old: old, New: new}
+	}
+	all := []SettingChange{ch("steps", 2.0, 3.0), ch("optimizer.lr", 1e-4, 3e-4), ch("warm_start.sft.steps", 10.0, 20.0),
+		ch("kl", 0.01, 0.0), ch("eval_every", 5.0, 10.0), ch("pretrained.micro_batch", 1.0, 2.0),
+		ch("eval_tasks", 64.0, 16.0), ch("seed", 1.0, 2.0), ch("env", "calc", "multihop"), ch("mix.easy", 0.2, 0.5),
+		ch("rubric", nil, "x"), ch("max_tokens", 512.0, 256.0), ch("eval_temperature", 0.3, 0.5), ch("optimizers", 1.0, 2.0)}
+	var names []string
+	for _, c := range EvalChanges(all) {
+		names = append(names, c.Setting)
+	}
+	want := []string{"eval_tasks", "seed", "env", "mix.easy", "rubric", "max_tokens", "eval_temperature", "optimizers"}
+	if !slices.Equal(names, want) {
+		t.Errorf("EvalChanges: %v, want %v", names, want)
+	}
+
+	rec := func(s Split, label string, settings int, success float64) EvalRecord {
+		return EvalRecord{Split: s, Label: label, Settings: settings, EvalResult: EvalResult{Success: success}}
+	}
+	r := &Run{
+		History: []ConfigChange{
+			{Step: 2, Changes: []SettingChange{ch("eval_tasks", 64.0, 16.0), ch("steps", 2.0, 3.0)}},
+			{Step: 3, Changes: []SettingChange{ch("optimizer.lr", 1e-4, 3e-4)}},
+			{Step: 4, Changes: []SettingChange{ch("eval_tasks", 16.0, 64.0)}},
+		},
+		Evals: []EvalRecord{rec(Dev, LabelSFT, 0, 0.5), rec(Test, LabelSFT, 0, 0.4), rec(Dev, LabelFinal, 1, 0.9), rec(Test, LabelFinal, 3, 0.8)},
+	}
+	if got := r.EvalChangesBetween(0, 1); len(got) != 1 || got[0].String() != "eval_tasks: 64 → 16" {
+		t.Errorf("EvalChangesBetween(0, 1) = %v", got)
+	}
+	if got := r.EvalChangesBetween(1, 2); len(got) != 0 {
+		t.Errorf("a change of learning rate alone: %v", got)
+	}
+	if got := r.EvalChangesBetween(0, 3); len(got) != 0 {
+		t.Errorf("eval_tasks changed and changed back: %v", got)
+	}
+	before, after := r.BeforeAfter()
+	if _, ok := before[Dev]; ok || len(after) != 2 {
+		t.Errorf("dev's start (64 tasks) and final (16 tasks) compared: before %v after %v", before, after)
+	}
+	if b, ok := before[Test]; !ok || b.Success != 0.4 {
+		t.Errorf("test's final at revision 3 (64 tasks again, another learning rate) is not compared with its start: %v", before)
+	}
+	if got := r.BeforeAfterChanges(); len(got) != 1 || got[0].Setting != "eval_tasks" {
+		t.Errorf("BeforeAfterChanges = %v", got)
+	}
+	// Back to 64 tasks: the final evaluation compares again.
+	r.Evals = append(r.Evals, rec(Dev, LabelFinal, 3, 0.95))
+	if before, _ := r.BeforeAfter(); before[Dev].Success != 0.5 || len(r.BeforeAfterChanges()) != 0 {
+		t.Errorf("settings restored: before %v, changes %v", before, r.BeforeAfterChanges())
+	}
+}

@@ -55,6 +55,11 @@ type EvalRecord struct {
 	Split Split `json:"split"`
 	// Label names the policy evaluated when it is not a training step (LabelSFT, LabelFinal).
 	Label string `json:"label,omitempty"`
+	// Settings is the revision of the run's settings the evaluation was made under: the number
+	// of lines config_history.jsonl held (0: the settings the run started with). Two
+	// evaluations compare when no line between them changed what an evaluation measures
+	// (Run.EvalChangesBetween).
+	Settings int `json:"settings,omitempty"`
 	EvalResult
 }
 
@@ -377,6 +382,9 @@ type Run struct {
 	Metrics []Metrics
 	// Evals holds eval.jsonl in order.
 	Evals []EvalRecord
+	// History holds config_history.jsonl in order: the settings changed at each resume that
+	// changed any (nil when none did).
+	History []ConfigChange
 	// Summary is nil while the run has not finished.
 	Summary *Summary
 	// Skipped counts lines that could not be read (a torn last line after a crash).
@@ -441,6 +449,9 @@ func OpenRun(dir string) (*Run, error) {
 		return nil, err
 	}
 	r.Skipped += skipped
+	if r.History, err = ConfigHistory(dir); err != nil {
+		return nil, err
+	}
 	if !found && n == 0 {
 		return nil, fmt.Errorf("agrl: %s is not a run directory (no %s, %s or %s)", dir, RunConfigFile, RunMetricsFile, RunSummaryFile)
 	}

@@ -76,6 +76,10 @@ func CompareSeeds(name string, runs []*Run) (SeedStats, error) {
 			return st, errors.New("agrl: CompareSeeds: nil run")
 		}
 		before, after := r.BeforeAfter()
+		if changed := r.BeforeAfterChanges(); len(changed) > 0 {
+			errs = append(errs, fmt.Errorf("run %s resumed with other evaluation settings (%s): its start and final evaluations do not compare", r.Dir, changed[0]))
+			continue
+		}
 		if len(before) == 0 || len(after) == 0 {
 			errs = append(errs, fmt.Errorf("run %s has no before/after evaluations (a run without warm start, or unfinished)", r.Dir))
 			continue

@@ -698,6 +698,33 @@ func TestTrainSeeds(t *testing.T) {
 	}
 }
 
+// A run resumed with settings that change what an evaluation measures compares, for
+// StopOnPlateau, only the dev evaluations made as its next ones will be: neither the start's nor
+// the earlier periodic ones; a change of how it trains keeps them all.
+func TestPlateauAfterNewEvalSettings(t *testing.T) {
+	g := warm(tinyGRPO(t)).EvalEvery(1).EvalTasks(8).StopOnPlateau(3).Steps(2)
+	train(t, g) // dev evaluated at the start, at step 1, and finally (after step 2)
+	for _, c := range []struct {
+		name  string
+		g     agrl.GRPO
+		dev   int
+		stale bool
+	}{
+		{"learning rate", g.LR(3e-4), 1, false},
+		{"evaluation tasks", g.EvalTasks(6), 0, true},
+		{"back to 8 tasks", g, 1, false},
+	} {
+		tr, err := Build(c.g.Steps(3).ResumeWithNewSettings(true))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if len(tr.devHist) != c.dev || tr.startStale != c.stale || tr.sft == nil {
+			t.Errorf("resumed after a change of %s: %d dev evaluations compared, start stale %v; want %d, %v", c.name, len(tr.devHist), tr.startStale, c.dev, c.stale)
+		}
+		tr.Close()
+	}
+}
+
 // StopOnPlateau ends GRPO at the first evaluation where dev success has not improved for the
 // patience, and not before; summary.json says so; resuming the finished run trains no further.
 func TestGRPOStopOnPlateau(t *testing.T) {

@@ -43,7 +43,11 @@ type GRPOTrainer struct {
 	history []agrl.Metrics
 	started time.Time
 	sft     *agrl.SplitSummary
-	resumed bool
+	// revision is the revision of the run's settings (agrl.EvalRecord.Settings); startStale:
+	// the start's evaluation (sft) was made under settings that measured something else.
+	revision   int
+	startStale bool
+	resumed    bool
 	// priorWall is the wall time a resumed run had spent before its stop.
 	priorWall float64
 	// unsaved: the policy changed since the last checkpoint (or load); a stop saves it only then,
@@ -69,6 +73,9 @@ type GRPOTrainer struct {
 func (t *GRPOTrainer) plateaued() bool {
 	if t.cfg.StopOnPlateau <= 0 || t.sft == nil {
 		return false
+	}
+	if t.startStale { // the start measured something else: the periodic evaluations alone
+		return agrl.Plateaued(t.devHist, t.cfg.StopOnPlateau)
 	}
 	return agrl.Plateaued(append([]float64{t.sft.DevSuccess}, t.devHist...), t.cfg.StopOnPlateau)
 }
@@ -231,7 +238,47 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 			list = append(list, c.String())
 		}
 		t.say("resuming with changed settings (recorded in %s): %s", agrl.RunConfigHistoryFile, strings.Join(list, "; "))
-		return t.run.RecordConfigChange(agrl.ConfigChange{Time: time.Now().UTC(), Step: t.step, Changes: changes, NewSettings: optIn})
+		if err := t.run.RecordConfigChange(agrl.ConfigChange{Time: time.Now().UTC(), Step: t.step, Changes: changes, NewSettings: optIn}); err != nil {
+			return err
+		}
+	}
+	return t.settingsRevision()
+}
+
+// settingsRevision reads which revision of the run's settings this trainer runs under (the
+// lines of config_history.jsonl; each evaluation records it) and warns when the evaluation of
+// the policy GRPO started from was made under settings that measured something else.
+func (t *GRPOTrainer) settingsRevision() error {
+	hist, err := agrl.ConfigHistory(t.cfg.Out)
+	if err != nil {
+		return err
+	}
+	t.revision = len(hist)
+	start := -1
+	for _, e := range t.evals {
+		if e.Label == agrl.LabelSFT {
+			start = max(start, e.Settings)
+		}
+	}
+	// The periodic dev evaluations StopOnPlateau compares: those measured as the next ones
+	// will be.
+	run := &agrl.Run{History: hist}
+	t.devHist = t.devHist[:0]
+	for _, e := range t.evals {
+		if e.Split == agrl.Dev && e.Label == "" && len(run.EvalChangesBetween(e.Settings, t.revision)) == 0 {
+			t.devHist = append(t.devHist, e.Success)
+		}
+	}
+	if start < 0 {
+		return nil
+	}
+	if changed := run.EvalChangesBetween(start, t.revision); len(changed) > 0 {
+		t.startStale = true
+		var list []string
+		for _, c := range changed {
+			list = append(list, c.String())
+		}
+		t.warn(fmt.Sprintf("the policy GRPO started from was evaluated under other settings (%s): the final evaluation will not be compared with it (the before/after table leaves the before out)", strings.Join(list, "; ")))
 	}
 	return nil
 }
@@ -290,6 +337,7 @@ func (t *GRPOTrainer) Alarms() []agrl.Alarm { return agrl.CheckAlarms(t.history,
 
 // logEval appends an evaluation to eval.jsonl and to the trainer's record.
 func (t *GRPOTrainer) logEval(e agrl.EvalRecord) error {
+	e.Settings = t.revision
 	if err := t.run.LogEval(e); err != nil {
 		return err
 	}

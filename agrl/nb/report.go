@@ -36,6 +36,14 @@ func ReportHTML(run *agrl.Run) (string, error) {
 	if len(after) > 0 || len(before) > 0 {
 		b.WriteString("<h2>Before (warm start) and after GRPO</h2>\n")
 		b.WriteString(BeforeAfterTableHTML(before, after))
+		if changed := run.BeforeAfterChanges(); len(changed) > 0 {
+			var list []string
+			for _, c := range changed {
+				list = append(list, c.String())
+			}
+			fmt.Fprintf(&b, "<p>No before: the policy GRPO started from was evaluated under other settings (%s), changed when the run resumed.</p>\n",
+				html.EscapeString(strings.Join(list, "; ")))
+		}
 	}
 	var metrics []string
 	for _, m := range reportMetrics {

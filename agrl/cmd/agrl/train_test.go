@@ -92,12 +92,23 @@ func TestTrainEvalAndResume(t *testing.T) {
 	if code != 2 || !strings.Contains(stderr, "optimizer.lr: 0.0001 → 0.0003") || !strings.Contains(stderr, "seed: 1 → 2") {
 		t.Fatalf("resume with other settings: exit %d: %s", code, stderr)
 	}
-	code, _, stderr = runCLI(append(changed, "--new-settings")...)
+	code, stdout, stderr = runCLI(append(changed, "--new-settings")...)
 	if code != 0 {
 		t.Fatalf("resume with --new-settings: exit %d: %s", code, stderr)
 	}
 	if hist, err := agrl.ConfigHistory(out); err != nil || len(hist) != 2 || !hist[1].NewSettings {
 		t.Errorf("config history: %v %+v", err, hist)
+	}
+	// The seed draws the evaluation's samples: the start's evaluation, made under seed 1, is
+	// not this final one's before.
+	const noBefore = "no before: the start was evaluated under other settings (seed: 1 → 2)"
+	if !strings.Contains(stdout, noBefore) || !strings.Contains(stdout, "dev                   – → ") {
+		t.Errorf("resume with another seed: want %q under a table without befores:\n%s", noBefore, stdout)
+	}
+	if run, err := agrl.OpenRun(out); err != nil || len(run.History) != 2 {
+		t.Errorf("OpenRun's history: %v", err)
+	} else if before, after := run.BeforeAfter(); len(before) != 0 || len(after) != 3 {
+		t.Errorf("BeforeAfter after a change of seed: %d befores, %d afters", len(before), len(after))
 	}
 }
 
