@@ -3,8 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"sort"
+	"strconv"
 	"strings"
 
 	"agrl.dev/agrl"
@@ -15,9 +18,16 @@ import (
 // record next to the logged ones, its groups (rewards → advantages, and why), and one episode
 // token by token (agrl.InspectStep). It fails when the re-derivation does not match the log.
 func cmdInspect(args []string, stdout, stderr io.Writer) error {
+	return inspect(args, stdout, stderr, false)
+}
+
+// inspect is cmdInspect; filled: the command line already holds the flags -replay took from
+// the run's config.json.
+func inspect(args []string, stdout, stderr io.Writer, filled bool) error {
 	fs := newFlags("inspect", stderr)
 	// -replay rebuilds the run's configuration from agrl train's flags (their defaults: the
-	// recipe of the run's env), as resuming does.
+	// recipe of the run's env, then the run's own values where one flag sets one setting), as
+	// resuming does.
 	if dir := flagValue(args, "run"); dir != "" && flagValue(args, "env") == "" {
 		if run, err := agrl.OpenRun(dir); err == nil && run.Config.Env != "" {
 			args = append([]string{"--env", run.Config.Env}, args...)
@@ -25,7 +35,7 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 	}
 	var f trainFlags
 	f.register(fs, args)
-	replay := fs.Bool("replay", false, "re-run the step from the newest checkpoint before it (any step, recorded or not) and check that it reproduces the log; give the flags of agrl train that the run was trained with (those listed here besides -run, -step, -episode, -all, -json)")
+	replay := fs.Bool("replay", false, "re-run the step from the newest checkpoint before it (any step, recorded or not) and check that it reproduces the log; the flags of agrl train that set one setting each (-kl, -sft-steps, -lr…) default to the run's (config.json); give the others it was trained with (-mix, -model…)")
 	runDir := fs.String("run", "", "the run directory")
 	step := fs.Int("step", 0, "the GRPO step (0: the newest recorded one); steps are recorded with the trajectories (step 1 and every -trajectories-every)")
 	ep := fs.Int("episode", -1, "the episode shown token by token (default: the largest advantage of the first group with signal)")
@@ -48,6 +58,22 @@ func cmdInspect(args []string, stdout, stderr io.Writer) error {
 		return usageError{errors.Join(problems...)}
 	}
 	if *replay {
+		if !filled {
+			given := map[string]bool{}
+			fs.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+			fill, err := runFlags(f, *runDir, given, stderr)
+			if err != nil {
+				return err
+			}
+			if len(fill) > 0 {
+				report := stdout
+				if *asJSON {
+					report = stderr
+				}
+				fmt.Fprintf(report, "replaying with the run's settings (its %s) where no flag gave them: %s\n", agrl.RunConfigFile, strings.Join(fill, " "))
+				return inspect(append(fill, args...), stdout, stderr, true)
+			}
+		}
 		return inspectReplay(f, *runDir, *step, *ep, *all, *asJSON, stdout, stderr)
 	}
 	if *step == 0 {
@@ -132,8 +158,18 @@ func inspectReplay(f trainFlags, runDir string, step, ep int, all, asJSON bool, 
 	}
 	r, err := learn.ReplayStep(g, step)
 	var mismatch *agrl.ResumeMismatchError
-	if errors.As(err, &mismatch) {
-		return usageError{fmt.Errorf("%w\n(-replay needs the flags the run was trained with)", err)}
+	if errors.As(err, &mismatch) { // in ReplayStep's copy of the run: name the run itself
+		var b strings.Builder
+		fmt.Fprintf(&b, "the flags describe other settings than those %s was trained with (the run's → the flags'):", runDir)
+		for _, c := range mismatch.Changes {
+			b.WriteString("\n  " + c.String())
+		}
+		if mismatch.Model {
+			b.WriteString("\nthe model is the run's: leave out the flags that change it")
+		} else {
+			b.WriteString("\n-replay re-runs a step as the run took it: leave out these flags, or give the values the run was trained with")
+		}
+		return usageError{errors.New(b.String())}
 	}
 	if err != nil {
 		return err
@@ -155,6 +191,65 @@ func inspectReplay(f trainFlags, runDir string, step, ep int, all, asJSON bool, 
 		fmt.Fprintln(report, "every metric as logged, bit for bit (timings aside)")
 	}
 	return errors.Join(r.Err(), showInspection(stdout, r.Inspection, ep, all, asJSON))
+}
+
+// settingFlags are the train flags that set one setting of config.json each, by its dotted
+// path (-seed also seeds the model and the warm start, which follow it).
+var settingFlags = map[string]string{
+	"steps": "steps", "group": "group", "tasks_per_step": "tasks", "warm_start.sft.steps": "sft-steps",
+	"warm_start.sft.batch": "sft-batch", "warm_start.episodes": "demos", "warm_start.sft.optimizer.lr": "sft-lr",
+	"eval_tasks": "eval-tasks", "eval_every": "eval-every", "max_tokens": "max-tokens",
+	"max_action_tokens": "max-action-tokens", "optimizer.lr": "lr", "kl": "kl", "clip_low": "clip",
+	"clip_high": "clip-high", "temperature": "temperature", "eval_temperature": "eval-temperature",
+	"seed": "seed", "dynamic_sampling": "dynamic", "curriculum": "curriculum", "screen": "screen",
+	"stop_on_plateau": "stop-on-plateau", "gamma": "gamma", "turn_advantages": "turn-advantages",
+	"trajectories_every": "trajectories-every", "checkpoint_every": "checkpoint-every",
+}
+
+// runFlags returns the train flags ("-kl=0") that give the settings of the run in dir (its
+// config.json) where the command line did not give the flag (given) and f's settings differ
+// from the run's: -replay then rebuilds the run's configuration without every flag it was
+// trained with. Settings no single flag sets are left to ReplayStep, which names them.
+func runFlags(f trainFlags, dir string, given map[string]bool, stderr io.Writer) ([]string, error) {
+	run, err := agrl.OpenRun(dir)
+	if err != nil || len(run.ConfigJSON) == 0 {
+		return nil, nil // inspectReplay says what is wrong with the directory
+	}
+	f.quiet = true
+	g, err := f.config(stderr)
+	if err != nil {
+		return nil, err
+	}
+	binding, _, err := g.ResumeChanges(run.ConfigJSON)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, c := range binding {
+		name, ok := settingFlags[c.Setting]
+		if !ok || given[name] {
+			continue
+		}
+		var v string
+		switch x := c.Old.(type) { // the run's value
+		case nil: // left out of config.json at its zero value (γ at 1)
+			v = "0"
+			if c.Setting == "gamma" {
+				v = "1"
+			} else if _, isBool := c.New.(bool); isBool {
+				v = "false"
+			}
+		case float64:
+			v = strconv.FormatFloat(x, 'g', -1, 64)
+		case bool:
+			v = strconv.FormatBool(x)
+		default:
+			continue
+		}
+		out = append(out, "-"+name+"="+v)
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // flagValue returns the value of flag name in a command line ("-name v", "--name=v"…; the

@@ -52,11 +52,20 @@ func TestInspect(t *testing.T) {
 	// -replay re-runs any step from a checkpoint, given the flags the run was trained with.
 	code, stdout, stderr = runCLI(append([]string{"inspect", "--run", out, "--step", "2", "--replay", "--trajectories-every", "1"}, quick...)...)
 	if code != 0 || !strings.Contains(stdout, "replayed step 2 from the checkpoint of step ") || !strings.Contains(stdout, "every metric as logged, bit for bit") ||
-		!strings.Contains(stdout, "every metric re-derived from the record to within 1e-5") {
+		!strings.Contains(stdout, "every metric re-derived from the record to within 1e-5") || strings.Contains(stdout, "replaying with the run's settings") {
 		t.Fatalf("inspect -replay: exit %d: %s\n%s", code, stderr, stdout)
 	}
-	if code, _, stderr := runCLI(append([]string{"inspect", "--run", out, "--step", "2", "--replay"}, append(quick, "--lr", "0.5")...)...); code != 2 || !strings.Contains(stderr, "optimizer.lr") {
-		t.Errorf("inspect -replay with another -lr: exit %d: %s", code, stderr)
+	// Without them, the flags that set one setting each take the run's values from config.json.
+	code, stdout, stderr = runCLI("inspect", "--run", out, "--step", "2", "--replay", "--group", "2")
+	const filled = "replaying with the run's settings (its config.json) where no flag gave them: -demos=16 -eval-tasks=3 -max-action-tokens=24 -sft-steps=4\n"
+	if code != 0 || !strings.HasPrefix(stdout, filled) || !strings.Contains(stdout, "every metric as logged, bit for bit") {
+		t.Fatalf("inspect -replay without the train flags: exit %d: %s\n%s", code, stderr, stdout)
+	}
+	// A flag given that the run did not have is named, with the run's value.
+	code, _, stderr = runCLI("inspect", "--run", out, "--step", "2", "--replay", "--lr", "0.5", "--group", "3")
+	if code != 2 || !strings.Contains(stderr, "the flags describe other settings than those "+out+" was trained with") ||
+		!strings.Contains(stderr, "\n  group: 2 → 3\n  optimizer.lr: 0.0001 → 0.5\n") || strings.Contains(stderr, ".agrl-replay") {
+		t.Errorf("inspect -replay with another -lr and -group: exit %d: %s", code, stderr)
 	}
 	for _, bad := range [][]string{
 		{"inspect"},
