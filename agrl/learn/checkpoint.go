@@ -51,6 +51,9 @@ type policyJSON struct {
 	Stage   string `json:"stage,omitempty"`
 	Step    int    `json:"step,omitempty"`
 	SFTStep int    `json:"sft_step,omitempty"`
+	// Kernels is the kernel set of the process that saved it (Kernels; absent from older
+	// checkpoints).
+	Kernels string `json:"kernels,omitempty"`
 }
 
 // Checkpoint stages (CheckpointInfo.Stage).
@@ -72,6 +75,9 @@ type CheckpointInfo struct {
 	// Step is the number of GRPO steps done; SFTStep the warm-start steps done (StageSFT).
 	Step    int `json:"step"`
 	SFTStep int `json:"sft_step,omitempty"`
+	// Kernels is the kernel set of the process that saved it (Kernels; "" for older
+	// checkpoints).
+	Kernels string `json:"kernels,omitempty"`
 	// Skipped lists the newer checkpoints of the directory that could not be loaded, each with
 	// the reason: LoadPolicy fell back to an older one.
 	Skipped []string `json:"skipped,omitempty"`
@@ -147,7 +153,7 @@ func commitCheckpoint(dir string, write func(tmp string) error) (string, error) 
 // writeCheckpoint writes policy.json and the GoMLX checkpoint of the whole store into tmp.
 func (p *Policy) writeCheckpoint(tmp string) error {
 	meta, err := json.MarshalIndent(policyJSON{Format: policyFormat, LM: p.cfg, Saved: time.Now().UTC(),
-		Stage: p.mark.Stage, Step: p.mark.Step, SFTStep: p.mark.SFTStep}, "", "  ")
+		Stage: p.mark.Stage, Step: p.mark.Step, SFTStep: p.mark.SFTStep, Kernels: Kernels()}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -372,6 +378,9 @@ func loadNewest(dir, what string, warn func(string), load func(ckdir string) (ch
 		mark, err := load(c)
 		if err == nil {
 			info := CheckpointInfo{Dir: c, Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Skipped: skipped}
+			if m, err := readMark(c); err == nil {
+				info.Kernels = m.Kernels
+			}
 			if w := info.Warning(); w != "" && warn != nil {
 				warn(w)
 			}
@@ -548,9 +557,18 @@ func readMark(ckpt string) (CheckpointInfo, error) {
 		Stage   string `json:"stage"`
 		Step    int    `json:"step"`
 		SFTStep int    `json:"sft_step"`
+		Kernels string `json:"kernels"`
 	}
 	if err := json.Unmarshal(b, &pj); err != nil {
 		return CheckpointInfo{}, err
 	}
-	return CheckpointInfo{Dir: ckpt, Stage: pj.Stage, Step: pj.Step, SFTStep: pj.SFTStep}, nil
+	return CheckpointInfo{Dir: ckpt, Stage: pj.Stage, Step: pj.Step, SFTStep: pj.SFTStep, Kernels: pj.Kernels}, nil
 }
+
+// Kernels names the CPU kernels this process computes with on the host: "avx512" or "avx2"
+// (GOEXPERIMENT=simd builds on amd64 CPUs with those instructions) or "portable" (Go loops,
+// and the Tiny model's training on the backend's graphs). Checkpoints record it
+// (CheckpointInfo.Kernels): each kernel set sums in its own order, so a run resumed or
+// replayed under another set continues correctly but not bit for bit as it would have under
+// its own.
+func Kernels() string { return kernelSet() }

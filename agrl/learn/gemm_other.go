@@ -44,3 +44,6 @@ func gemmRowBlock() int { return 4 }
 func dotRows(x []float32, rows, in int, w []float32, n int, y []float32, ldy int) {
 	dotRowsScalar(x, rows, in, w, n, y, ldy)
 }
+
+// kernelSet names the kernels of this build (see Kernels): the portable loops.
+func kernelSet() string { return "portable" }

@@ -368,3 +368,14 @@ func reluGrad(dx, u []float32) {
 	clearUpper16()
 	reluGradScalar(dx[j:], u[j:])
 }
+
+// kernelSet names the vector kernels of this build on this CPU (see Kernels).
+func kernelSet() string {
+	switch {
+	case useAVX2:
+		return "avx2"
+	case hasAVX512:
+		return "avx512"
+	}
+	return "portable"
+}

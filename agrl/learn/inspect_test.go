@@ -2,6 +2,7 @@ package learn
 
 import (
 	"agrl.dev/agrl"
+	"bytes"
 
 	"maps"
 	"math"
@@ -216,5 +217,43 @@ func TestReplayStep(t *testing.T) {
 	}
 	if _, err := ReplayStep(g, 8); err == nil {
 		t.Error("replayed a step the run never took")
+	}
+	// Without a KL penalty the reference checkpoint is not needed: the settings are what is
+	// wrong, named against the run itself.
+	if _, err := ReplayStep(g.KL(0), 5); err == nil || !strings.Contains(err.Error(), "kl: 0.05 → 0") ||
+		!strings.Contains(err.Error(), dir+" holds a run with other settings") || strings.Contains(err.Error(), "reference") {
+		t.Errorf("KL 0 for a run with KL 0.05: %v", err)
+	}
+
+	// Checkpoints record the kernels that computed them; a replay or a resume under others says
+	// why its sums may differ.
+	newest := Checkpoints(ck)[0]
+	if m, err := readMark(newest); err != nil || m.Kernels != Kernels() {
+		t.Fatalf("the newest checkpoint's kernels: %q (%v), want this process's %q", m.Kernels, err, Kernels())
+	}
+	r := &Replay{From: 6, Kernels: "avx9", Differences: []string{"loss: replayed 1, logged 2"},
+		Inspection: &agrl.StepInspection{Record: &agrl.StepRecord{Step: 7}}}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "computing with the avx9 kernels, this one computes with the "+Kernels()+" ones") {
+		t.Errorf("a replay under other kernels: %v", err)
+	}
+	pj := filepath.Join(newest, policyFile)
+	b, err := os.ReadFile(pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = bytes.Replace(b, []byte(`"kernels": "`+Kernels()+`"`), []byte(`"kernels": "avx9"`), 1)
+	if err := os.WriteFile(pj, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	tr, err := Build(g.Steps(8).Progress(func(s string) { said = append(said, s) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Close()
+	if !slices.ContainsFunc(said, func(s string) bool {
+		return strings.Contains(s, "was saved by a process computing with the avx9 kernels, this one computes with the "+Kernels())
+	}) {
+		t.Errorf("resumed under other kernels without a word: %q", said)
 	}
 }

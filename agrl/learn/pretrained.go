@@ -1495,6 +1495,8 @@ type pretrainedJSON struct {
 	Stage   string   `json:"stage,omitempty"`
 	Step    int      `json:"step,omitempty"`
 	SFTStep int      `json:"sft_step,omitempty"`
+	// Kernels is the kernel set of the process that saved it (Kernels).
+	Kernels string `json:"kernels,omitempty"`
 	// Full is set for full fine-tuning: the checkpoint holds the whole model (config.json,
 	// model.safetensors, the tokenizer files) instead of adapters, and the LoRA fields are zero.
 	Full bool `json:"full,omitempty"`
@@ -1550,7 +1552,7 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		CallMemoryGiB: p.spec.CallMemoryGiB,
 		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat,
-		WeightsDigest: p.digest}
+		WeightsDigest: p.digest, Kernels: Kernels()}
 	if p.spec.Compute == "bfloat16" {
 		meta.Compute = p.spec.Compute
 	}

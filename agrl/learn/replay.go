@@ -28,6 +28,10 @@ type Replay struct {
 	// (timings aside), and, when the run recorded the step, episodes whose tokens differ from the
 	// record's. Empty: the step was reproduced exactly.
 	Differences []string
+	// Kernels is the kernel set of the process that saved the checkpoint the replay started
+	// from (CheckpointInfo.Kernels; "" for older checkpoints). When it is not this process's
+	// (Kernels), the replay sums in another order: differences in the last bits are expected.
+	Kernels string
 }
 
 // Err is nil when the replay reproduced the step exactly, else an error listing the differences.
@@ -35,7 +39,11 @@ func (r *Replay) Err() error {
 	if len(r.Differences) == 0 {
 		return nil
 	}
-	return fmt.Errorf("agrl: step %d replayed from step %d differs from the run: %s", r.Inspection.Record.Step, r.From, strings.Join(r.Differences, "; "))
+	why := ""
+	if r.Kernels != "" && r.Kernels != Kernels() {
+		why = fmt.Sprintf(" (its checkpoint was saved by a process computing with the %s kernels, this one computes with the %s ones: their sums round differently)", r.Kernels, Kernels())
+	}
+	return fmt.Errorf("agrl: step %d replayed from step %d differs from the run%s: %s", r.Inspection.Record.Step, r.From, why, strings.Join(r.Differences, "; "))
 }
 
 // ReplayStep re-runs GRPO step `step` of the run in g's output directory, which g must describe
@@ -65,6 +73,17 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 	}
 	if logged == nil {
 		return nil, fmt.Errorf("agrl: ReplayStep: %s logged no step %d", dir, step)
+	}
+	// The settings first: a g that is not the run's fails for that reason, named against the run
+	// (not its copy below), before a checkpoint its settings would need is looked for.
+	if len(run.ConfigJSON) > 0 {
+		binding, _, err := g.ResumeChanges(run.ConfigJSON)
+		if err != nil {
+			return nil, err
+		}
+		if len(binding) > 0 {
+			return nil, &agrl.ResumeMismatchError{Dir: dir, Changes: binding, Model: len(agrl.ModelChanges(binding)) > 0}
+		}
 	}
 	ckdir := filepath.Join(dir, agrl.RunCheckpointsDir)
 	var from CheckpointInfo
@@ -121,7 +140,7 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 		return nil, fmt.Errorf("agrl: ReplayStep: resumed at step %d, not at the checkpoint's %d", tr.step, from.Step)
 	}
 	tr.recordAll = true
-	r := &Replay{From: from.Step}
+	r := &Replay{From: from.Step, Kernels: from.Kernels}
 	for tr.step < step {
 		if r.Metrics, err = tr.Step(); err != nil {
 			return nil, err
