@@ -164,6 +164,16 @@ func (r *StepRecord) check() error {
 		if len(e.Advantages) == 0 {
 			return fmt.Errorf("episode %d: no advantage", i)
 		}
+		if len(e.Advantages) > 1 && len(e.Advantages) != len(e.Returns) { // one, or one a turn's return
+			return fmt.Errorf("episode %d: %d advantages for %d returns", i, len(e.Advantages), len(e.Returns))
+		}
+		// A group's episodes are consecutive, the groups numbered from 0 in order.
+		if i == 0 && e.Group != 0 {
+			return fmt.Errorf("episode 0: group %d (a step's groups are numbered from 0)", e.Group)
+		}
+		if prev := r.Episodes[max(i-1, 0)].Group; i > 0 && e.Group != prev && e.Group != prev+1 {
+			return fmt.Errorf("episode %d: group %d after group %d (a step's groups are numbered from 0, each group's episodes together)", i, e.Group, prev)
+		}
 	}
 	for p, ps := range r.Passes {
 		arrays := [][][]float32{ps.Mask, ps.Adv, ps.Old, ps.Ref, ps.Weight, ps.LogProbs, ps.Entropy}

@@ -105,6 +105,29 @@ func TestInspectStepChecks(t *testing.T) {
 	if _, err := InspectStep(dir, 7); err == nil || !strings.Contains(err.Error(), "2 values for 3 tokens") {
 		t.Errorf("damaged record: %v", err)
 	}
+	// Episodes out of their groups' order, or with advantages that no return accounts for.
+	for _, c := range []struct {
+		edit func(r *StepRecord)
+		want string
+	}{
+		{func(r *StepRecord) { r.Episodes[0].Group = -1 }, "episode 0: group -1 (a step's groups are numbered from 0)"},
+		{func(r *StepRecord) { r.Episodes[0].Group = 2 }, "episode 0: group 2 ("},
+		{func(r *StepRecord) {
+			e := r.Episodes[0]
+			e.Group = 1
+			r.Episodes = append(r.Episodes, e, r.Episodes[0])
+		}, "episode 2: group 0 after group 1"},
+		{func(r *StepRecord) { r.Episodes[0].Advantages = []float64{1, 0.5} }, "episode 0: 2 advantages for 1 returns"},
+	} {
+		bad := handRecord()
+		c.edit(bad)
+		if err := w.SaveStepRecord(bad); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := InspectStep(dir, 7); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("want %q, got %v", c.want, err)
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, RunStepsDir, "step-000007.json"), []byte("{"), 0o644); err != nil {
 		t.Fatal(err)
 	}
