@@ -11,6 +11,8 @@ ratio of every round. The shape is the issue's Tiny one: vocabulary 64, width 12
   sampling: 64 sequences, a 16-token prompt, then 64 new tokens with a KV cache, temperature 1
 
 PyTorch gets its best of 1 thread and all threads per measurement; agrl runs as `make bench` does.
+Both sides time 10 steps (or samplings) after the same warm-up: two training steps (agrl's first
+compiles its graph, its second settles its buffers), one sampling.
 
 PyTorch comes from Debian's python3-torch (installed with apt-get when missing). OpenBLAS 0.3.21
 misdetects Sapphire Rapids-class Intel cores as "Prescott" (SSE3) and then runs many times
@@ -125,7 +127,8 @@ def torch_bench(what, steps):
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
 
-        step()  # warm-up
+        step()  # warm-up: two steps, as agrl's benchmark (its second merges its arena's chunks)
+        step()
         start = time.perf_counter()
         for _ in range(steps):
             step()
@@ -198,7 +201,7 @@ def run_torch(what, steps):
 
 
 def run_go(binary):
-    out = subprocess.run([binary, "-test.run", "^$", "-test.bench", "^Benchmark(Sample|Train)$", "-test.benchtime", "5x"],
+    out = subprocess.run([binary, "-test.run", "^$", "-test.bench", "^Benchmark(Sample|Train)$", "-test.benchtime", "10x"],
                          capture_output=True, text=True, cwd=os.path.join(ROOT, "agrl", "learn"), check=True).stdout
     rates = {}
     for line in out.splitlines():
