@@ -255,7 +255,7 @@ func ConfigHistory(dir string) ([]ConfigChange, error) {
 // the turn and token limits, the model — counts as changing the measure (EvalChanges).
 var trainingOnly = []string{"steps", "out", "eval_every", "checkpoint_every", "trajectories_every",
 	"policy.backend", "policy.seed", "pretrained.backend", "pretrained.decoding", "pretrained.micro_batch", "pretrained.call_memory_gib",
-	"group", "tasks_per_step", "clip_low", "clip_high", "kl", "kl_estimator", "optimizer.", "epochs", "minibatches",
+	"from", "group", "tasks_per_step", "clip_low", "clip_high", "kl", "kl_estimator", "optimizer.", "epochs", "minibatches",
 	"advantage_norm", "loss_norm", "temperature", "dynamic_sampling", "curriculum", "screen", "gamma",
 	"stop_on_plateau", "turn_advantages", "mask_truncated", "warm_start."}
 

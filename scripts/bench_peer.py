@@ -11,7 +11,7 @@ ratio of every round. The shape is the issue's Tiny one: vocabulary 64, width 12
   sampling: 64 sequences, a 16-token prompt, then 64 new tokens with a KV cache, temperature 1
 
 PyTorch gets its best of 1 thread and all threads per measurement; agrl runs as `make bench` does.
-Both sides time 10 steps (or samplings) after the same warm-up: two training steps (agrl's first
+Both sides time --steps steps (or samplings; 10) after the same warm-up: two training steps (agrl's first
 compiles its graph, its second settles its buffers), one sampling.
 
 PyTorch comes from Debian's python3-torch (installed with apt-get when missing). OpenBLAS 0.3.21
@@ -200,8 +200,8 @@ def run_torch(what, steps):
     return best
 
 
-def run_go(binary):
-    out = subprocess.run([binary, "-test.run", "^$", "-test.bench", "^Benchmark(Sample|Train)$", "-test.benchtime", "10x"],
+def run_go(binary, steps):
+    out = subprocess.run([binary, "-test.run", "^$", "-test.bench", "^Benchmark(Sample|Train)$", "-test.benchtime", f"{steps}x"],
                          capture_output=True, text=True, cwd=os.path.join(ROOT, "agrl", "learn"), check=True).stdout
     rates = {}
     for line in out.splitlines():
@@ -216,7 +216,7 @@ def run_go(binary):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3, help="A B rounds (default 3)")
-    ap.add_argument("--steps", type=int, default=10, help="timed steps per PyTorch measurement")
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (or samplings) per measurement, on both sides")
     ap.add_argument("--torch", choices=["train", "sample"], help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch:
@@ -231,7 +231,7 @@ def main():
     go = {"train": [], "sample": []}
     pt = {"train": [], "sample": []}
     for r in range(args.rounds):
-        rates = run_go(binary)
+        rates = run_go(binary, args.steps)
         for k in go:
             go[k].append(rates[k])
             pt[k].append(run_torch(k, args.steps))

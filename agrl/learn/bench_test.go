@@ -171,8 +171,8 @@ func benchTrain(b *testing.B, cfg agrl.LM, batch, seqLen int) {
 	}
 	// Two steps untimed: the first compiles the loss graph and fills the host trainer's arena
 	// chunk by chunk; the second merges those chunks into one (a few hundred MB of fresh
-	// memory: 150–250 ms on a 2-core Zen 5, four times a steady step). Every later step
-	// reuses it, as a training run's thousands do.
+	// memory: that step took 250–380 ms on a 2-core Zen 5, four to six steady ones). Every
+	// later step reuses it, as a training run's thousands do.
 	for range 2 {
 		if _, err := tr.Step(tb); err != nil {
 			b.Fatal(err)

@@ -153,7 +153,7 @@ func commitCheckpoint(dir string, write func(tmp string) error) (string, error) 
 // writeCheckpoint writes policy.json and the GoMLX checkpoint of the whole store into tmp.
 func (p *Policy) writeCheckpoint(tmp string) error {
 	meta, err := json.MarshalIndent(policyJSON{Format: policyFormat, LM: p.cfg, Saved: time.Now().UTC(),
-		Stage: p.mark.Stage, Step: p.mark.Step, SFTStep: p.mark.SFTStep, Kernels: Kernels()}, "", "  ")
+		Stage: p.mark.Stage, Step: p.mark.Step, SFTStep: p.mark.SFTStep, Kernels: p.kernels()}, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -566,9 +566,18 @@ func readMark(ckpt string) (CheckpointInfo, error) {
 }
 
 // Kernels names the CPU kernels this process computes with on the host: "avx512" or "avx2"
-// (GOEXPERIMENT=simd builds on amd64 CPUs with those instructions) or "portable" (Go loops,
-// and the Tiny model's training on the backend's graphs). Checkpoints record it
-// (CheckpointInfo.Kernels): each kernel set sums in its own order, so a run resumed or
-// replayed under another set continues correctly but not bit for bit as it would have under
-// its own.
+// (GOEXPERIMENT=simd builds on amd64 CPUs with those instructions) or "portable" (Go loops).
+// Checkpoints saved by a process whose sums depend on them — on the go backend, or decoding
+// on the host — record it (CheckpointInfo.Kernels): each kernel set sums in its own order, so
+// a run resumed or replayed under another set continues correctly but not bit for bit as it
+// would have under its own.
 func Kernels() string { return kernelSet() }
+
+// kernels is what the policy's checkpoints record as Kernels: this process's set on the go
+// backend (the host path and the backend's own CPU kernels), "" on another backend.
+func (p *Policy) kernels() string {
+	if p.backend.String() == "go" {
+		return Kernels()
+	}
+	return ""
+}

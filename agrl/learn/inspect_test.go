@@ -257,3 +257,27 @@ func TestReplayStep(t *testing.T) {
 		t.Errorf("resumed under other kernels without a word: %q", said)
 	}
 }
+
+// A run resumed with new settings replays the steps after the change, bit for bit; the
+// steps before it ran under settings config.json no longer holds, and are refused, as is a
+// replay whose checkpoint lies before the change once the change's checkpoint is gone.
+func TestReplayAfterNewSettings(t *testing.T) {
+	g := warm(tinyGRPO(t)).Steps(2).CheckpointEvery(1)
+	train(t, g)
+	g2 := g.LR(1e-3).Steps(6).ResumeWithNewSettings(true)
+	train(t, g2)
+	if _, err := ReplayStep(g2, 2); err == nil || !strings.Contains(err.Error(), "step 2 of "+g.Spec().Out+" ran under the settings the run changed when it resumed after step 2") {
+		t.Errorf("a step before the change: %v", err)
+	}
+	r, err := ReplayStep(g2, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(); err != nil || r.From != 5 {
+		t.Errorf("step 6 from step %d: %v", r.From, err)
+	}
+	// Kept: the warm start's and the two newest (5, 6): step 4 would start at step 0.
+	if _, err := ReplayStep(g2, 4); err == nil || !strings.Contains(err.Error(), "would take steps 1 to 2 under the settings the run changed only after step 2") {
+		t.Errorf("a replay across the change: %v", err)
+	}
+}

@@ -1552,7 +1552,10 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 		Saved: time.Now().UTC(), System: p.spec.System, MicroBatch: p.spec.MicroBatch,
 		CallMemoryGiB: p.spec.CallMemoryGiB,
 		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat,
-		WeightsDigest: p.digest, Kernels: Kernels()}
+		WeightsDigest: p.digest}
+	if p.goBackend || !p.graphDecoding { // sums on this CPU's kernels (see Kernels)
+		meta.Kernels = Kernels()
+	}
 	if p.spec.Compute == "bfloat16" {
 		meta.Compute = p.spec.Compute
 	}

@@ -85,6 +85,17 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 			return nil, &agrl.ResumeMismatchError{Dir: dir, Changes: binding, Model: len(agrl.ModelChanges(binding)) > 0}
 		}
 	}
+	// A step taken before a resume that changed the settings ran under others than config.json
+	// now holds: re-running it under these would not be that step.
+	for _, h := range run.History {
+		if h.NewSettings && step <= h.Step {
+			var list []string
+			for _, c := range h.Changes {
+				list = append(list, c.String())
+			}
+			return nil, fmt.Errorf("agrl: ReplayStep: step %d of %s ran under the settings the run changed when it resumed after step %d (%s): steps after %d replay", step, dir, h.Step, strings.Join(list, "; "), h.Step)
+		}
+	}
 	ckdir := filepath.Join(dir, agrl.RunCheckpointsDir)
 	var from CheckpointInfo
 	from.Step = -1
@@ -101,6 +112,11 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 	}
 	if from.Step < 0 {
 		return nil, fmt.Errorf("agrl: ReplayStep: %s has no checkpoint from before step %d (GRPO checkpoints at steps: %s)", ckdir, step, strings.Join(marks, ", "))
+	}
+	for _, h := range run.History {
+		if h.NewSettings && from.Step < h.Step {
+			return nil, fmt.Errorf("agrl: ReplayStep: re-running step %d from the checkpoint of step %d would take steps %d to %d under the settings the run changed only after step %d, and its checkpoint there is no longer kept (GRPO checkpoints at steps: %s)", step, from.Step, from.Step+1, h.Step, h.Step, strings.Join(marks, ", "))
+		}
 	}
 	// The copy goes next to the run (the same file system as its checkpoints, which may be large),
 	// else to the system's temporary directory.

@@ -6,7 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -225,9 +225,14 @@ func runFlags(f trainFlags, dir string, given map[string]bool, stderr io.Writer)
 		return nil, err
 	}
 	var out []string
+	noWarmStart := false
 	for _, c := range binding {
 		name, ok := settingFlags[c.Setting]
 		if !ok || given[name] {
+			continue
+		}
+		if strings.HasPrefix(c.Setting, "warm_start.") && c.Old == nil {
+			noWarmStart = true // the run had none: -sft-steps 0 says so, the rest is moot
 			continue
 		}
 		var v string
@@ -240,15 +245,24 @@ func runFlags(f trainFlags, dir string, given map[string]bool, stderr io.Writer)
 				v = "false"
 			}
 		case float64:
-			v = strconv.FormatFloat(x, 'g', -1, 64)
+			v = strconv.FormatFloat(x, 'f', -1, 64) // whole numbers without an exponent
+			if c.Setting == "seed" {
+				v = strconv.FormatUint(run.Config.Seed, 10) // past 2^53 a float64 rounds it
+			}
 		case bool:
 			v = strconv.FormatBool(x)
 		default:
 			continue
 		}
 		out = append(out, "-"+name+"="+v)
+		if name == "clip" && !given["clip-high"] { // -clip alone sets both sides
+			out = append(out, "-clip-high="+strconv.FormatFloat(run.Config.ClipHigh, 'f', -1, 64))
+		}
 	}
-	sort.Strings(out)
+	if noWarmStart && !given["sft-steps"] {
+		out = append(out, "-sft-steps=0")
+	}
+	out = slices.Compact(slices.Sorted(slices.Values(out)))
 	return out, nil
 }
 

@@ -2,10 +2,15 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"agrl.dev/agrl"
 )
 
 // TestInspect: `agrl inspect` opens a quick run's recorded steps — the newest by default, a
@@ -79,5 +84,47 @@ func TestInspect(t *testing.T) {
 	}
 	if code, _, stderr := runCLI("inspect", "--run", out, "--step", "7"); code != 1 || !strings.Contains(stderr, "recorded steps: 1, 2") {
 		t.Errorf("unrecorded step: exit %d: %s", code, stderr)
+	}
+}
+
+// runFlags gives -replay the flags that rebuild a run's settings from its config.json, in
+// forms the flag package parses: a large seed whole, no warm start as -sft-steps 0 alone, and
+// -clip with the run's -clip-high (-clip alone sets both sides).
+func TestReplayFlagsFromConfig(t *testing.T) {
+	parse := func(args ...string) trainFlags {
+		fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var f trainFlags
+		f.register(fs, args)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		return f
+	}
+	trained := []string{"--env", "calc", "--seed", "9007199254740993", "--clip", "0.1", "--clip-high", "0.2",
+		"--sft-steps", "0", "--eval-tasks", "2000000", "--kl", "0"}
+	dir := t.TempDir()
+	b, err := json.Marshal(flagsConfig(t, trained...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, agrl.RunConfigFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fill, err := runFlags(parse("--env", "calc"), dir, map[string]bool{"env": true}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"-clip-high=0.2", "-clip=0.1", "-eval-tasks=2000000", "-kl=0", "-seed=9007199254740993", "-sft-steps=0"}
+	if !slices.Equal(fill, want) {
+		t.Fatalf("filled %q, want %q", fill, want)
+	}
+	f := parse(append(append([]string{}, fill...), "--env", "calc")...)
+	g, err := f.config(io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if binding, _, err := g.ResumeChanges(json.RawMessage(b)); err != nil || len(binding) > 0 {
+		t.Errorf("the filled flags still differ from the run: %v %v", binding, err)
 	}
 }
