@@ -59,6 +59,15 @@ func (c SettingChange) String() string {
 	return fmt.Sprintf("%s: %s → %s", c.Setting, jsonText(c.Old), jsonText(c.New))
 }
 
+// JoinChanges reads "setting: old → new; …", the changes in order.
+func JoinChanges(changes []SettingChange) string {
+	list := make([]string, len(changes))
+	for i, c := range changes {
+		list[i] = c.String()
+	}
+	return strings.Join(list, "; ")
+}
+
 func jsonText(v any) string {
 	if v == nil {
 		return "(unset)"
@@ -282,12 +291,17 @@ func EvalChanges(changes []SettingChange) []SettingChange {
 // its lines from+1 to to. A setting changed twice is named once, from its first old value to
 // its last new one; one changed and changed back is left out.
 func (r *Run) EvalChangesBetween(from, to int) []SettingChange {
+	return EvalChangesIn(r.History, from, to)
+}
+
+// EvalChangesIn is Run.EvalChangesBetween on a history read with ConfigHistory.
+func EvalChangesIn(history []ConfigChange, from, to int) []SettingChange {
 	if from > to {
 		from, to = to, from
 	}
-	from, to = max(from, 0), min(to, len(r.History))
+	from, to = max(from, 0), min(to, len(history))
 	var out []SettingChange
-	for _, line := range r.History[from:to] {
+	for _, line := range history[from:to] {
 		for _, c := range EvalChanges(line.Changes) {
 			if k := slices.IndexFunc(out, func(x SettingChange) bool { return x.Setting == c.Setting }); k >= 0 {
 				out[k].New = c.New

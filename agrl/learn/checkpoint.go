@@ -355,7 +355,7 @@ func loadPolicy(dir, backend string, warn func(string)) (*Policy, error) {
 			return checkpointMark{}, err
 		}
 		p = q
-		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}, nil
+		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep, Kernels: meta.Kernels}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -377,10 +377,7 @@ func loadNewest(dir, what string, warn func(string), load func(ckdir string) (ch
 	for _, c := range cands {
 		mark, err := load(c)
 		if err == nil {
-			info := CheckpointInfo{Dir: c, Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Skipped: skipped}
-			if m, err := readMark(c); err == nil {
-				info.Kernels = m.Kernels
-			}
+			info := CheckpointInfo{Dir: c, Stage: mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Kernels: mark.Kernels, Skipped: skipped}
 			if w := info.Warning(); w != "" && warn != nil {
 				warn(w)
 			}
@@ -476,6 +473,9 @@ func loadCheckpoint(ckdir, backend string) (*Policy, policyJSON, error) {
 type checkpointMark struct {
 	Stage         string
 	Step, SFTStep int
+	// Kernels is what a loaded checkpoint recorded (CheckpointInfo.Kernels); a save records
+	// the saving process's instead.
+	Kernels string
 }
 
 // checkWeightsSaved verifies that the GoMLX checkpoint in ckdir holds every weight of cfg

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/gomlx/gomlx/core/tensors"
@@ -233,11 +232,7 @@ func (t *GRPOTrainer) open(g agrl.GRPO) error {
 		return err
 	}
 	if len(changes) > 0 {
-		var list []string
-		for _, c := range changes {
-			list = append(list, c.String())
-		}
-		t.say("resuming with changed settings (recorded in %s): %s", agrl.RunConfigHistoryFile, strings.Join(list, "; "))
+		t.say("resuming with changed settings (recorded in %s): %s", agrl.RunConfigHistoryFile, agrl.JoinChanges(changes))
 		if err := t.run.RecordConfigChange(agrl.ConfigChange{Time: time.Now().UTC(), Step: t.step, Changes: changes, NewSettings: optIn}); err != nil {
 			return err
 		}
@@ -260,25 +255,20 @@ func (t *GRPOTrainer) settingsRevision() error {
 			start = max(start, e.Settings)
 		}
 	}
-	// The periodic dev evaluations StopOnPlateau compares: those measured as the next ones
-	// will be.
-	run := &agrl.Run{History: hist}
+	// The periodic dev evaluations StopOnPlateau compares (of those a resume kept): those
+	// measured as the next ones will be.
 	t.devHist = t.devHist[:0]
 	for _, e := range t.evals {
-		if e.Split == agrl.Dev && e.Label == "" && len(run.EvalChangesBetween(e.Settings, t.revision)) == 0 {
+		if e.Split == agrl.Dev && e.Label == "" && len(agrl.EvalChangesIn(hist, e.Settings, t.revision)) == 0 {
 			t.devHist = append(t.devHist, e.Success)
 		}
 	}
 	if start < 0 {
 		return nil
 	}
-	if changed := run.EvalChangesBetween(start, t.revision); len(changed) > 0 {
+	if changed := agrl.EvalChangesIn(hist, start, t.revision); len(changed) > 0 {
 		t.startStale = true
-		var list []string
-		for _, c := range changed {
-			list = append(list, c.String())
-		}
-		t.warn(fmt.Sprintf("the policy GRPO started from was evaluated under other settings (%s): the final evaluation will not be compared with it (the before/after table leaves the before out)", strings.Join(list, "; ")))
+		t.warn(fmt.Sprintf("the policy GRPO started from was evaluated under other settings (%s): the final evaluation will not be compared with it (the before/after table leaves the before out)", agrl.JoinChanges(changed)))
 	}
 	return nil
 }
@@ -434,10 +424,7 @@ func (t *GRPOTrainer) restoreProgress() error {
 		return err
 	}
 	for _, e := range r.Evals {
-		if e.Split == agrl.Dev && e.Label == "" && e.Step <= t.step {
-			t.devHist = append(t.devHist, e.Success)
-		}
-		if keep(e) {
+		if keep(e) { // (devHist: settingsRevision, once the settings are known)
 			t.evals = append(t.evals, e)
 		}
 	}

@@ -276,7 +276,7 @@ func loadPretrained(p agrl.PretrainedLM, seed uint64, ckdir string, warn func(st
 	}
 	info, err := loadNewest(ckdir, what, warn, func(c string) (checkpointMark, error) {
 		meta, err := pp.restore(c)
-		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep}, err
+		return checkpointMark{Stage: meta.Stage, Step: meta.Step, SFTStep: meta.SFTStep, Kernels: meta.Kernels}, err
 	})
 	if err != nil {
 		return nil, err

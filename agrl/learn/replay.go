@@ -89,11 +89,7 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 	// now holds: re-running it under these would not be that step.
 	for _, h := range run.History {
 		if h.NewSettings && step <= h.Step {
-			var list []string
-			for _, c := range h.Changes {
-				list = append(list, c.String())
-			}
-			return nil, fmt.Errorf("agrl: ReplayStep: step %d of %s ran under the settings the run changed when it resumed after step %d (%s): steps after %d replay", step, dir, h.Step, strings.Join(list, "; "), h.Step)
+			return nil, fmt.Errorf("agrl: ReplayStep: step %d of %s ran under the settings the run changed when it resumed after step %d (%s): steps after %d replay", step, dir, h.Step, agrl.JoinChanges(h.Changes), h.Step)
 		}
 	}
 	ckdir := filepath.Join(dir, agrl.RunCheckpointsDir)

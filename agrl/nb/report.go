@@ -37,12 +37,8 @@ func ReportHTML(run *agrl.Run) (string, error) {
 		b.WriteString("<h2>Before (warm start) and after GRPO</h2>\n")
 		b.WriteString(BeforeAfterTableHTML(before, after))
 		if changed := run.BeforeAfterChanges(); len(changed) > 0 {
-			var list []string
-			for _, c := range changed {
-				list = append(list, c.String())
-			}
 			fmt.Fprintf(&b, "<p>No before: the policy GRPO started from was evaluated under other settings (%s), changed when the run resumed.</p>\n",
-				html.EscapeString(strings.Join(list, "; ")))
+				html.EscapeString(agrl.JoinChanges(changed)))
 		}
 	}
 	var metrics []string

@@ -484,7 +484,7 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 	fmt.Fprintf(stdout, "%s: %d steps in %s (summary: %s)\n", f.out, res.Summary.Steps, time.Since(start).Round(time.Second), filepath.Join(f.out, agrl.RunSummaryFile))
 	fmt.Fprint(stdout, agrl.FormatBeforeAfter(before, after))
 	if changed := run.BeforeAfterChanges(); len(changed) > 0 {
-		fmt.Fprintf(stdout, "no before: the start was evaluated under other settings (%s)\n", settingList(changed))
+		fmt.Fprintf(stdout, "no before: the start was evaluated under other settings (%s)\n", agrl.JoinChanges(changed))
 	}
 	b, err := json.MarshalIndent(map[string]any{"before": before, "after": after}, "", "  ")
 	if err != nil {
@@ -499,15 +499,6 @@ func train(ctx context.Context, g agrl.GRPO, f trainFlags, stdout, stderr io.Wri
 	}
 	fmt.Fprintf(stdout, "report: %s\n", report)
 	return run, nil
-}
-
-// settingList joins changes as "setting: old → new; …".
-func settingList(changes []agrl.SettingChange) string {
-	var list []string
-	for _, c := range changes {
-		list = append(list, c.String())
-	}
-	return strings.Join(list, "; ")
 }
 
 // progress prints a one-line progress bar with live reward, success and KL: redrawn in place on
