@@ -149,7 +149,7 @@ func (r *Run) BeforeAfter() (before, after map[Split]EvalResult) {
 		after[s] = e.EvalResult
 	}
 	for s, e := range b {
-		if f, ok := a[s]; ok && len(r.EvalChangesBetween(e.Settings, f.Settings)) > 0 {
+		if f, ok := a[s]; ok && len(splitChanges(s, r.EvalChangesBetween(e.Settings, f.Settings))) > 0 {
 			continue // measured under other settings: not a before of this after
 		}
 		before[s] = e.EvalResult
@@ -171,6 +171,17 @@ func (r *Run) startAndFinal() (start, final map[Split]EvalRecord) {
 	return start, final
 }
 
+// splitChanges leaves out of changes to the evaluation settings those that do not alter split's
+// tasks: OOD tasks are all Extreme, drawn whatever the mix's weights (Mix.Tasks).
+func splitChanges(s Split, changes []SettingChange) []SettingChange {
+	if s != OOD {
+		return changes
+	}
+	return slices.DeleteFunc(slices.Clone(changes), func(c SettingChange) bool {
+		return c.Setting == "mix" || strings.HasPrefix(c.Setting, "mix.")
+	})
+}
+
 // BeforeAfterChanges returns the changes to the evaluation settings made (by resuming with new
 // settings) between the evaluation of the policy GRPO started from and the final one: when
 // there are any, BeforeAfter leaves out the splits' "before", which measured something else
@@ -184,7 +195,7 @@ func (r *Run) BeforeAfterChanges() []SettingChange {
 		if !ok1 || !ok2 {
 			continue
 		}
-		for _, c := range r.EvalChangesBetween(e.Settings, f.Settings) {
+		for _, c := range splitChanges(s, r.EvalChangesBetween(e.Settings, f.Settings)) {
 			if !slices.ContainsFunc(out, func(x SettingChange) bool { return x.Setting == c.Setting }) {
 				out = append(out, c)
 			}

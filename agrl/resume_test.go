@@ -368,4 +368,24 @@ func TestBeforeAfterAcrossSettings(t *testing.T) {
 	if before, _ := r.BeforeAfter(); before[Dev].Success != 0.5 || len(r.BeforeAfterChanges()) != 0 {
 		t.Errorf("settings restored: before %v, changes %v", before, r.BeforeAfterChanges())
 	}
+
+	// A change of the mix's weights changes the dev and test tasks, not the OOD ones (all
+	// Extreme, drawn whatever the weights): OOD's before stays; a change of the mix's seed
+	// (the run's seed) changes every split.
+	r = &Run{
+		History: []ConfigChange{{Step: 2, Changes: []SettingChange{ch("mix.easy", 0.2, 0.5), ch("mix.hard", 0.3, 0.0)}}},
+		Evals: []EvalRecord{rec(Dev, LabelSFT, 0, 0.5), rec(OOD, LabelSFT, 0, 0.1),
+			rec(Dev, LabelFinal, 1, 0.9), rec(OOD, LabelFinal, 1, 0.3)},
+	}
+	if before, _ := r.BeforeAfter(); len(before) != 1 || before[OOD].Success != 0.1 {
+		t.Errorf("after a change of the mix's weights: before %v, want OOD's only", before)
+	}
+	if got := r.BeforeAfterChanges(); len(got) != 2 || got[0].Setting != "mix.easy" || got[1].Setting != "mix.hard" {
+		t.Errorf("BeforeAfterChanges after a change of the mix = %v", got)
+	}
+	r.History = append(r.History, ConfigChange{Step: 3, Changes: []SettingChange{ch("seed", 1.0, 2.0)}})
+	r.Evals = append(r.Evals, rec(OOD, LabelFinal, 2, 0.3))
+	if before, _ := r.BeforeAfter(); len(before) != 0 {
+		t.Errorf("after a change of the seed: before %v, want none", before)
+	}
 }

@@ -581,3 +581,18 @@ func (p *Policy) kernels() string {
 	}
 	return ""
 }
+
+// kernelChange says why a model computing with the kernel set now (a model's kernels: "" on
+// another backend than the CPU's) does not continue bit for bit what a checkpoint saved under
+// the set saved computed; "" when nothing says so (the same set, or a checkpoint that
+// recorded none: an older build, or another backend).
+func kernelChange(saved, now string) string {
+	switch {
+	case saved == "" || saved == now:
+		return ""
+	case now == "":
+		return fmt.Sprintf("it was saved by a process computing with the %s CPU kernels, and this model computes on another backend", saved)
+	default:
+		return fmt.Sprintf("it was saved by a process computing with the %s kernels, and this one computes with the %s ones", saved, now)
+	}
+}

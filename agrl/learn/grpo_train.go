@@ -372,8 +372,8 @@ func (t *GRPOTrainer) drawSplits() error {
 // read from the optimizer state.
 func (t *GRPOTrainer) restoreProgress() error {
 	info := t.model.Checkpoint()
-	if info.Kernels != "" && info.Kernels != Kernels() {
-		t.warn(fmt.Sprintf("%s was saved by a process computing with the %s kernels, this one computes with the %s ones: the run goes on, but its sums round differently from here on, so it is not bit for bit the run the first machine would have continued", filepath.Base(info.Dir), info.Kernels, Kernels()))
+	if why := kernelChange(info.Kernels, t.model.kernels()); why != "" {
+		t.warn(fmt.Sprintf("%s: %s: the run goes on, but its sums round differently from here on, so it is not bit for bit the run the first machine would have continued", filepath.Base(info.Dir), why))
 	}
 	r, err := agrl.OpenRun(t.cfg.Out)
 	if err != nil {

@@ -231,10 +231,23 @@ func TestReplayStep(t *testing.T) {
 	if m, err := readMark(newest); err != nil || m.Kernels != Kernels() {
 		t.Fatalf("the newest checkpoint's kernels: %q (%v), want this process's %q", m.Kernels, err, Kernels())
 	}
-	r := &Replay{From: 6, Kernels: "avx9", Differences: []string{"loss: replayed 1, logged 2"},
+	r := &Replay{From: 6, Kernels: "avx9", Computes: Kernels(), Differences: []string{"loss: replayed 1, logged 2"},
 		Inspection: &agrl.StepInspection{Record: &agrl.StepRecord{Step: 7}}}
-	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "computing with the avx9 kernels, this one computes with the "+Kernels()+" ones") {
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "computing with the avx9 kernels, and this one computes with the "+Kernels()+" ones") {
 		t.Errorf("a replay under other kernels: %v", err)
+	}
+	// A replay on another backend (XLA: its checkpoints record no kernels) says so instead of
+	// naming the CPU kernels it did not compute with; the same set, or a checkpoint that
+	// recorded none, says nothing.
+	r.Computes = ""
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "computing with the avx9 CPU kernels, and this model computes on another backend") {
+		t.Errorf("a replay on another backend: %v", err)
+	}
+	for _, c := range [][2]string{{"avx9", "avx9"}, {"", Kernels()}, {"", ""}} {
+		r.Kernels, r.Computes = c[0], c[1]
+		if err := r.Err(); err == nil || strings.Contains(err.Error(), "kernels") {
+			t.Errorf("saved under %q, replayed under %q: %v", c[0], c[1], err)
+		}
 	}
 	pj := filepath.Join(newest, policyFile)
 	b, err := os.ReadFile(pj)
@@ -252,7 +265,7 @@ func TestReplayStep(t *testing.T) {
 	}
 	tr.Close()
 	if !slices.ContainsFunc(said, func(s string) bool {
-		return strings.Contains(s, "was saved by a process computing with the avx9 kernels, this one computes with the "+Kernels())
+		return strings.Contains(s, "was saved by a process computing with the avx9 kernels, and this one computes with the "+Kernels())
 	}) {
 		t.Errorf("resumed under other kernels without a word: %q", said)
 	}

@@ -54,6 +54,9 @@ type trainee interface {
 	demoTokens(tools []agrl.Tool, ep *agrl.Episode) ([]int32, []uint8, error)
 	// contextLen is the most tokens a sequence may have.
 	contextLen() int
+	// kernels names the CPU kernel set the model's sums run on (Kernels), "" where they run on
+	// another backend: what its checkpoints record.
+	kernels() string
 }
 
 func (p *Policy) decode(ids []int32) string { return p.tok.Decode(ids) }

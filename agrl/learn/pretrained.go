@@ -1542,6 +1542,15 @@ func (p *PretrainedPolicy) Save(dir string) (string, error) {
 	return p.saveMarked(dir, checkpointMark{Stage: p.loaded.Stage, Step: p.loaded.Step, SFTStep: p.loaded.SFTStep})
 }
 
+// kernels is what the model's checkpoints record as Kernels: this process's set where its sums
+// run on this CPU's kernels (the go backend, or decoding on the host), else "".
+func (p *PretrainedPolicy) kernels() string {
+	if p.goBackend || !p.graphDecoding {
+		return Kernels()
+	}
+	return ""
+}
+
 func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -1553,9 +1562,7 @@ func (p *PretrainedPolicy) saveMarked(dir string, mark checkpointMark) (string, 
 		CallMemoryGiB: p.spec.CallMemoryGiB,
 		Stage:         mark.Stage, Step: mark.Step, SFTStep: mark.SFTStep, Full: p.full, ChatFormat: p.spec.ChatFormat,
 		WeightsDigest: p.digest}
-	if p.goBackend || !p.graphDecoding { // sums on this CPU's kernels (see Kernels)
-		meta.Kernels = Kernels()
-	}
+	meta.Kernels = p.kernels()
 	if p.spec.Compute == "bfloat16" {
 		meta.Compute = p.spec.Compute
 	}

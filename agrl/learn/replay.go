@@ -32,6 +32,9 @@ type Replay struct {
 	// from (CheckpointInfo.Kernels; "" for older checkpoints). When it is not this process's
 	// (Kernels), the replay sums in another order: differences in the last bits are expected.
 	Kernels string
+	// Computes is the kernel set the replay computed with (Kernels; "" on another backend
+	// than the CPU's).
+	Computes string
 }
 
 // Err is nil when the replay reproduced the step exactly, else an error listing the differences.
@@ -40,8 +43,8 @@ func (r *Replay) Err() error {
 		return nil
 	}
 	why := ""
-	if r.Kernels != "" && r.Kernels != Kernels() {
-		why = fmt.Sprintf(" (its checkpoint was saved by a process computing with the %s kernels, this one computes with the %s ones: their sums round differently)", r.Kernels, Kernels())
+	if k := kernelChange(r.Kernels, r.Computes); k != "" {
+		why = fmt.Sprintf(" (the checkpoint it started from: %s; their sums round differently)", k)
 	}
 	return fmt.Errorf("agrl: step %d replayed from step %d differs from the run%s: %s", r.Inspection.Record.Step, r.From, why, strings.Join(r.Differences, "; "))
 }
@@ -152,7 +155,7 @@ func ReplayStep(g agrl.GRPO, step int) (*Replay, error) {
 		return nil, fmt.Errorf("agrl: ReplayStep: resumed at step %d, not at the checkpoint's %d", tr.step, from.Step)
 	}
 	tr.recordAll = true
-	r := &Replay{From: from.Step, Kernels: from.Kernels}
+	r := &Replay{From: from.Step, Kernels: from.Kernels, Computes: tr.model.kernels()}
 	for tr.step < step {
 		if r.Metrics, err = tr.Step(); err != nil {
 			return nil, err
