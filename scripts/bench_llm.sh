@@ -13,6 +13,9 @@ full=0
 [ "$mode" = full ] && full=1
 cd "$(dirname "$0")/.."
 grep -m1 'model name' /proc/cpuinfo
+# PyTorch (Debian's, installed when missing) runs with OpenBLAS's best kernels for this CPU,
+# not those this workplace's OPENBLAS_CORETYPE pins: scripts/torch_peer.py.
+/usr/bin/python3 -c 'import sys; sys.path.insert(0, "scripts"); import torch_peer as t; t.ensure_torch(); print("PyTorch with OPENBLAS_CORETYPE=" + t.openblas_coretype())'
 GOEXPERIMENT=simd go test -c -o bin/learn-simd.test ./agrl/learn
 # The test writes the random model once ($TMPDIR/agrl-bench-SHAPE) and reuses it.
 i=1

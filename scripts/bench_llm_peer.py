@@ -23,7 +23,10 @@ The decoder is written here in plain PyTorch from the architectures' definitions
 rotate-half RoPE, grouped-query causal attention, SwiGLU, Qwen2's q/k/v biases, Qwen3's q/k
 norms, tied embeddings), float32, torch.set_num_threads(os.cpu_count()). Needs Debian's
 python3-torch (1.13: no fused attention kernel, which transformers would not use on the CPU
-for this either). Run both side by side with `make bench-llm` (scripts/bench_llm.sh).
+for this either), installed with apt-get when missing; OpenBLAS runs with its best kernels for
+this CPU, not the ones this workplace's OPENBLAS_CORETYPE pins (scripts/torch_peer.py: the JSON
+line's openblas_coretype says which). Run both side by side with `make bench-llm`
+(scripts/bench_llm.sh).
 """
 
 import json
@@ -33,7 +36,15 @@ import statistics
 import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_peer import ensure_torch, openblas_coretype, reexec_in_torch_env  # noqa: E402
+
+if __name__ == "__main__":
+    # OpenBLAS's variables are read when torch loads it: set them (torch_peer.py) first.
+    ensure_torch()
+    reexec_in_torch_env()
+
+import torch  # noqa: E402
 
 SHAPES = {
     "smollm2-135m": dict(family="llama", vocab=49152, hidden=576, inter=1536, layers=30, heads=9, kv=3, head_dim=64,
@@ -213,6 +224,7 @@ def main():
             secs.append(time.perf_counter() - t)
     train = BATCH * (SEQ - 1) / statistics.median(secs)
     print(json.dumps({"impl": "torch " + torch.__version__, "shape": shape, "threads": torch.get_num_threads(),
+                      "openblas_coretype": openblas_coretype(),
                       "prefill_tokens_per_s": round(prefill, 1), "decode_tokens_per_s": round(decode, 1), "decode_threads": decode_threads, "decode_batch8_tokens_per_s": round(decode8, 1), "score_tokens_per_s": round(score, 1),
                       "train_tokens_per_s": round(train, 1), ("trainable_params" if full else "lora_params"): sum(p.numel() for p in params)}))
 

@@ -16,8 +16,9 @@ compiles its graph, its second settles its buffers), one sampling.
 
 PyTorch comes from Debian's python3-torch (installed with apt-get when missing). OpenBLAS 0.3.21
 misdetects Sapphire Rapids-class Intel cores as "Prescott" (SSE3) and then runs many times
-slower, so on an Intel CPU the PyTorch side runs with OPENBLAS_CORETYPE=SkylakeX (in that
-process only). It is a tool for people, not a test: machines are shared and noisy, so read the
+slower, so on an Intel CPU the PyTorch side runs with OPENBLAS_CORETYPE=SkylakeX, and elsewhere
+without the OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE this workplace sets (scripts/torch_peer.py; in
+that process only). It is a tool for people, not a test: machines are shared and noisy, so read the
 ranges and the per-round ratios, and name the machine (printed first) with every number.
 """
 
@@ -30,21 +31,15 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_peer import PY, cpu_model, ensure_torch, openblas_coretype, torch_env  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PY = "/usr/bin/python3"  # Debian's python, where python3-torch installs
 
 # The shape (must match benchLM in agrl/learn/bench_test.go).
 VOCAB, WIDTH, LAYERS, HEADS, CONTEXT, MLP = 64, 128, 2, 4, 128, 512
 TRAIN_BATCH, TRAIN_LEN = 32, 128
 SAMPLE_BATCH, PROMPT, NEW = 64, 16, 64
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 # ---------------------------------------------------------------- the PyTorch side
@@ -162,32 +157,6 @@ def torch_bench(what, steps):
 # ---------------------------------------------------------------- the driver
 
 
-def ensure_torch():
-    """Installs python3-torch and OpenBLAS: without libopenblas0 Debian's torch links the
-    reference BLAS (libblas3), measured at 6 GFLOP/s on a matmul where OpenBLAS does 118."""
-    have = subprocess.run([PY, "-c", "import torch"], capture_output=True).returncode == 0
-    if have and os.path.exists("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"):
-        return
-    print("bench-peer: installing Debian's python3-torch and libopenblas0-pthread (apt-get)...", flush=True)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", "python3-torch", "libopenblas0-pthread"],
-                   check=True, env=env)
-
-
-def torch_env():
-    """The PyTorch process's environment: OpenBLAS's best kernels for this CPU. OpenBLAS 0.3.21
-    calls Sapphire Rapids-class Intel cores "Prescott": force SkylakeX there. Elsewhere drop the
-    OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE this workplace may set (they pin older, slower kernels)
-    and let OpenBLAS detect the core."""
-    env = dict(os.environ)
-    env.pop("OPENBLAS_CORETYPE", None)
-    env.pop("OPENBLAS_L2_SIZE", None)
-    if "Intel" in cpu_model():
-        env["OPENBLAS_CORETYPE"] = "SkylakeX"
-    return env
-
-
 def run_torch(what, steps):
     """PyTorch's best of 1 and all threads (on 2 shared cores its intra-op threads help the
     training step and often hurt the small sampling ops)."""
@@ -226,8 +195,7 @@ def main():
     binary = os.path.join(ROOT, "bin", "learn-bench.test")
     env = dict(os.environ, GOEXPERIMENT="simd")
     subprocess.run(["go", "test", "-c", "-o", binary, "./agrl/learn/"], cwd=ROOT, env=env, check=True)
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; PyTorch with OPENBLAS_CORETYPE="
-          f"{torch_env().get('OPENBLAS_CORETYPE', '(detected)')}")
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores; PyTorch with OPENBLAS_CORETYPE={openblas_coretype()}")
     go = {"train": [], "sample": []}
     pt = {"train": [], "sample": []}
     for r in range(args.rounds):
