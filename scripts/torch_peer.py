@@ -50,8 +50,10 @@ def torch_env():
 
 
 def openblas_coretype():
-    """How the peer's OpenBLAS picks its kernels: the forced core type, or "(detected)"."""
-    return torch_env().get("OPENBLAS_CORETYPE", "(detected)")
+    """How the peer's OpenBLAS picks its kernels: the core type forced, or "(detected)" (in the
+    re-executed peer, what its environment says)."""
+    env = os.environ if os.environ.get(_MARK) else torch_env()
+    return env.get("OPENBLAS_CORETYPE", "(detected)")
 
 
 def reexec_in_torch_env():
