@@ -193,12 +193,14 @@ func gemmFMA(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb pan
 	}
 }
 
-// panels is B's full 16-column panels (its first n&^15 columns) copied one after another
-// as [k][16]: B[k, 16q + j] at p[q·stride + 16k + j]. From gemmRowsK's products on the AVX2
-// path, where the 6-row blocks of every piece of C read each panel (packPanels).
+// panels is B's full panels of w columns (its first n&^(w−1) columns) copied one after
+// another as [k][w]: B[k, wq + j] at p[q·stride + wk + j]; w is the width of the kernel's
+// blocks (panelWidth: 16 on the AVX2 path, 32 on the AVX-512 one). From gemmRowsK's
+// products, where the row blocks of every piece of C read each panel (packPanels).
 type panels struct {
 	p      []float32 // nil: the kernels read B where it is
 	stride int       // floats from a panel to the next
+	w      int       // columns of a panel
 }
 
 // from is pb for the contraction's steps from k0 on.
@@ -206,7 +208,16 @@ func (pb panels) from(k0 int) panels {
 	if pb.p == nil {
 		return pb
 	}
-	return panels{pb.p[16*k0:], pb.stride}
+	return panels{pb.p[pb.w*k0:], pb.stride, pb.w}
+}
+
+// panelWidth is the width of the panels packPanels copies for the kernels that run here:
+// kernel6x16FMA's 16 columns, kernel8x32AVX512's 32.
+func panelWidth() int {
+	if useAVX2 {
+		return 16
+	}
+	return 32
 }
 
 // packPanels copies B's full 16-column panels for a product of gemmRowsK, where that makes
@@ -219,29 +230,42 @@ func (pb panels) from(k0 int) panels {
 // misses L1 at every step; a packed panel is 8 KB of consecutive lines. The copy is one
 // read and one write of B, which the product reads once per 6-row block of C. The workers
 // copy the panels between them; buf goes back with releasePanels.
+//
+// On the AVX-512 path the panels are 32 columns wide, kernel8x32AVX512's blocks: read in place,
+// a 32-column panel's 256 rows (two 64-byte lines each) at a row length of 512 floats fall in
+// 4 of the 64 sets of a Zen 5 core's 48 KB 12-way L1 cache, 48 lines for 512; copied, they are
+// 32 KB of consecutive lines. On one Zen 5 core the Tiny model's products went from 170–214
+// to 207–232 GFLOP/s so, Qwen3-0.6B's projections from 122–127 to 162–198
+// (docs/performance.md, "B's panels copied on the AVX-512 path").
 func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32) {
-	n16 := n &^ 15
-	if !panelCopies(m, n) || kk == 0 || n16*kk > packMax {
+	w := panelWidth()
+	nw := n &^ (w - 1)
+	if !panelCopies(m, n) || kk == 0 || nw*kk > packMax {
 		return panels{}, nil
 	}
 	buf := fmaPanelPool.Get().(*[]float32)
-	if cap(*buf) < n16*kk {
-		*buf = make([]float32, n16*kk)
+	if cap(*buf) < nw*kk {
+		*buf = make([]float32, nw*kk)
 	}
-	p := (*buf)[:n16*kk]
-	_ = b[(kk-1)*ldb+n16-1]
-	chunked(workers, n16/16, 1, 2, func(lo, hi int) {
+	p := (*buf)[:nw*kk]
+	_ = b[(kk-1)*ldb+nw-1]
+	chunked(workers, nw/w, 1, 2, func(lo, hi int) {
 		for q := lo; q < hi; q++ {
-			packB16(kk, b[16*q:], ldb, p[q*16*kk:])
+			if w == 32 {
+				packB32(kk, b[32*q:], ldb, p[q*32*kk:])
+			} else {
+				packB16(kk, b[16*q:], ldb, p[q*16*kk:])
+			}
 		}
 	})
-	return panels{p, 16 * kk}, buf
+	return panels{p, w * kk, w}, buf
 }
 
 // panelCopies reports whether packPanels copies B for a product of m rows and n columns (of a
-// size up to packMax).
+// size up to packMax): on the assembly kernels' paths, at least streamRows rows and 64 columns
+// of full panels.
 func panelCopies(m, n int) bool {
-	return useAVX2 && useAsm && packOn && m >= streamRows && n&^15 >= 64
+	return (useAVX2 || hasAVX512) && useAsm && packOn && m >= streamRows && n&^(panelWidth()-1) >= 64
 }
 
 // packBlocks returns the blocks in which gemmRowsK copies B where packPanels would copy it
@@ -256,10 +280,10 @@ func panelCopies(m, n int) bool {
 // rows at 160–167 against 77–87 (docs/performance.md, "Pretrained weights copied in
 // blocks").
 func packBlocks(m, n, kk int) (kc, nc int) {
-	if !panelCopies(m, n) || n&^15*kk <= packMax {
+	if !panelCopies(m, n) || n&^(panelWidth()-1)*kk <= packMax {
 		return 0, 0
 	}
-	return kBlock, min(n, packMax/kBlock)
+	return kBlock, min(n, packMax/kBlock) // packMax/kBlock: a multiple of either width
 }
 
 // releasePanels returns packPanels' buffer (nil: none) to its pool.
@@ -286,6 +310,20 @@ const packMax = 1 << 21
 // class kept a buffer of its own, and BenchmarkWarmStartStep's process peaked at 277–329 MiB
 // against 245–267 with this pool (AMD EPYC, Zen 3, five alternated runs each).
 var fmaPanelPool = sync.Pool{New: func() any { return new([]float32) }}
+
+// packB32 copies B's 32 columns from b (B[0, j]) over kk rows ldb floats apart into
+// dst[:32·kk] as [k][32].
+func packB32(kk int, b []float32, ldb int, dst []float32) {
+	_ = b[(kk-1)*ldb+31]
+	_ = dst[32*kk-1]
+	pb, pd := unsafe.Pointer(unsafe.SliceData(b)), unsafe.Pointer(unsafe.SliceData(dst))
+	for range kk {
+		load16((*float32)(pb)).Store((*[16]float32)(pd))
+		load16((*float32)(unsafe.Add(pb, 64))).Store((*[16]float32)(unsafe.Add(pd, 64)))
+		pb, pd = unsafe.Add(pb, 4*ldb), unsafe.Add(pd, 128)
+	}
+	clearUpper16()
+}
 
 // packB16 copies B's 16 columns from b (B[0, j]) over kk rows ldb floats apart into
 // dst[:16·kk] as [k][16].

@@ -67,9 +67,16 @@ func gemmKP(m, n, kk int, a []float32, ai, ak int, b []float32, ldb int, pb pane
 	i := 0
 	if useAsm {
 		m8, n32 := m&^7, n&^31
+		if pb.p != nil { // B's 32-column panels, copied (packPanels)
+			panelReads.Add(1)
+		}
 		for i := 0; i < m8; i += 8 {
 			for j := 0; j < n32; j += 32 {
-				kernel8x32AVX512(kk, at(a, i*ai), ai, ak, at(b, j), ldb, at(c, i*ldc+j), ldc, load)
+				bp, ldb1 := at(b, j), ldb
+				if pb.p != nil {
+					bp, ldb1 = &pb.p[j/32*pb.stride], 32
+				}
+				kernel8x32AVX512(kk, at(a, i*ai), ai, ak, bp, ldb1, at(c, i*ldc+j), ldc, load)
 			}
 		}
 		if n32 < n {

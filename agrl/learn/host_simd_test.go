@@ -418,12 +418,30 @@ func TestTransposeBlockAVX2(t *testing.T) {
 // copies (packBlocks), and two whole training steps with and without the copies,
 // the first of which must read some (panelReads: a gemmRowsK that stopped handing its copy to
 // the kernels would pass the rest).
+//
+// It runs on both assembly paths the CPU has: the AVX2 one (16-column panels for
+// kernel6x16FMA) and the AVX-512 one (32-column panels for kernel8x32AVX512).
 func TestPackedPanelsKeepBits(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("needs a CPU with AVX2 and FMA")
 	}
-	setAVX2(t, true)
+	for _, avx2 := range []bool{true, false} {
+		if !avx2 && !hasAVX512 {
+			continue
+		}
+		t.Run(map[bool]string{true: "avx2", false: "avx512"}[avx2], func(t *testing.T) {
+			setAVX2(t, avx2)
+			if w := panelWidth(); w != map[bool]int{true: 16, false: 32}[avx2] {
+				t.Fatalf("panel width %d", w)
+			}
+			packedPanelsKeepBits(t)
+		})
+	}
+}
+
+func packedPanelsKeepBits(t *testing.T) {
 	defer func() { packOn = true }()
+	w := panelWidth()
 	rng := rand.New(rand.NewPCG(16, 64))
 	for _, sh := range [][3]int{{streamRows, 64, 1}, {streamRows, 64, 9}, {70, 79, 40}, {131, 512, 128}, {97, 209, 300},
 		{160, 128, 600}, {streamRows - 1, 128, 16}, {200, 48, 16}, {streamRows, 64, packMax/64 + 1}, {streamRows, 64, 0},
@@ -436,10 +454,10 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 		packOn = true
 		pb, buf := packPanels(2, m, n, kk, b, ldb)
 		releasePanels(buf)
-		if want := m >= streamRows && n >= 64 && kk > 0 && n&^15*kk <= packMax; (pb.p != nil) != want {
+		if want := m >= streamRows && n&^(w-1) >= 64 && kk > 0 && n&^(w-1)*kk <= packMax; (pb.p != nil) != want {
 			t.Fatalf("%v: packPanels copied B: %v, want %v", sh, pb.p != nil, want)
 		}
-		blocks := m >= streamRows && n >= 64 && n&^15*kk > packMax
+		blocks := m >= streamRows && n&^(w-1) >= 64 && n&^(w-1)*kk > packMax
 		if kc, _ := packBlocks(m, n, kk); (kc > 0) != blocks {
 			t.Fatalf("%v: packBlocks %d, want blocks: %v", sh, kc, blocks)
 		}
@@ -456,8 +474,8 @@ func TestPackedPanelsKeepBits(t *testing.T) {
 						got[i] = slices.Clone(c)
 						reads := panelReads.Load()
 						gemmRowsK(workers, m, n, kk, a, ai, ak, b, ldb, got[i], ldc, load)
-						if on && blocks && panelReads.Load() == reads {
-							t.Fatalf("%v: no block of B was read from a copy", sh)
+						if on && (blocks || pb.p != nil) && panelReads.Load() == reads {
+							t.Fatalf("%v: no panel of B was read from a copy", sh)
 						}
 					}
 					packOn = true
