@@ -236,7 +236,7 @@ func panelWidth() int {
 // 4 of the 64 sets of a Zen 5 core's 48 KB 12-way L1 cache, 48 lines for 512; copied, they are
 // 32 KB of consecutive lines. On one Zen 5 core the Tiny model's products went from 170–214
 // to 207–232 GFLOP/s so, Qwen3-0.6B's projections from 122–127 to 162–198
-// (docs/performance.md, "B's panels copied on the AVX-512 path").
+// (docs/performance.md, "B's panels copied on the AVX-512 path, and bench-llm's PyTorch peer").
 func packPanels(workers, m, n, kk int, b []float32, ldb int) (panels, *[]float32) {
 	w := panelWidth()
 	nw := n &^ (w - 1)

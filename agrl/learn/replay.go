@@ -29,8 +29,9 @@ type Replay struct {
 	// record's. Empty: the step was reproduced exactly.
 	Differences []string
 	// Kernels is the kernel set of the process that saved the checkpoint the replay started
-	// from (CheckpointInfo.Kernels; "" for older checkpoints). When it is not this process's
-	// (Kernels), the replay sums in another order: differences in the last bits are expected.
+	// from (CheckpointInfo.Kernels; "" for older checkpoints and other backends). When it is
+	// not the replay's (Computes), the replay sums in another order: differences in the last
+	// bits are expected.
 	Kernels string
 	// Computes is the kernel set the replay computed with (Kernels; "" on another backend
 	// than the CPU's).
