@@ -144,22 +144,23 @@ func (r EvalResult) Difficulties() []Difficulty {
 // (BeforeAfterChanges names the changes).
 func (r *Run) BeforeAfter() (before, after map[Split]EvalResult) {
 	before, after = map[Split]EvalResult{}, map[Split]EvalResult{}
-	b, a := r.startAndFinal()
+	b, a, changed := r.startAndFinal()
 	for s, e := range a {
 		after[s] = e.EvalResult
 	}
 	for s, e := range b {
-		if f, ok := a[s]; ok && len(splitChanges(s, r.EvalChangesBetween(e.Settings, f.Settings))) > 0 {
-			continue // measured under other settings: not a before of this after
+		if len(changed[s]) == 0 { // else measured under other settings: not a before of this after
+			before[s] = e.EvalResult
 		}
-		before[s] = e.EvalResult
 	}
 	return before, after
 }
 
-// startAndFinal returns the last evaluation of each split labelled LabelSFT and LabelFinal.
-func (r *Run) startAndFinal() (start, final map[Split]EvalRecord) {
-	start, final = map[Split]EvalRecord{}, map[Split]EvalRecord{}
+// startAndFinal returns the last evaluation of each split labelled LabelSFT and LabelFinal,
+// and for each split that has both, the changes to what its evaluation measures made between
+// them (splitEvalChanges).
+func (r *Run) startAndFinal() (start, final map[Split]EvalRecord, changed map[Split][]SettingChange) {
+	start, final, changed = map[Split]EvalRecord{}, map[Split]EvalRecord{}, map[Split][]SettingChange{}
 	for _, e := range r.Evals {
 		switch e.Label {
 		case LabelSFT:
@@ -168,18 +169,12 @@ func (r *Run) startAndFinal() (start, final map[Split]EvalRecord) {
 			final[e.Split] = e
 		}
 	}
-	return start, final
-}
-
-// splitChanges leaves out of changes to the evaluation settings those that do not alter split's
-// tasks: OOD tasks are all Extreme, drawn whatever the mix's weights (Mix.Tasks).
-func splitChanges(s Split, changes []SettingChange) []SettingChange {
-	if s != OOD {
-		return changes
+	for s, e := range start {
+		if f, ok := final[s]; ok {
+			changed[s] = splitEvalChanges(s, r.EvalChangesBetween(e.Settings, f.Settings))
+		}
 	}
-	return slices.DeleteFunc(slices.Clone(changes), func(c SettingChange) bool {
-		return c.Setting == "mix" || strings.HasPrefix(c.Setting, "mix.")
-	})
+	return start, final, changed
 }
 
 // BeforeAfterChanges returns the changes to the evaluation settings made (by resuming with new
@@ -187,15 +182,10 @@ func splitChanges(s Split, changes []SettingChange) []SettingChange {
 // there are any, BeforeAfter leaves out the splits' "before", which measured something else
 // (another env, other tasks, another temperature…). Nil when the two compare.
 func (r *Run) BeforeAfterChanges() []SettingChange {
-	b, a := r.startAndFinal()
+	_, _, changed := r.startAndFinal()
 	var out []SettingChange
 	for _, s := range []Split{Dev, Test, OOD} {
-		e, ok1 := b[s]
-		f, ok2 := a[s]
-		if !ok1 || !ok2 {
-			continue
-		}
-		for _, c := range splitChanges(s, r.EvalChangesBetween(e.Settings, f.Settings)) {
+		for _, c := range changed[s] {
 			if !slices.ContainsFunc(out, func(x SettingChange) bool { return x.Setting == c.Setting }) {
 				out = append(out, c)
 			}

@@ -286,6 +286,18 @@ func EvalChanges(changes []SettingChange) []SettingChange {
 	return out
 }
 
+// splitEvalChanges returns those of changes to the evaluation settings (EvalChanges) that alter
+// split's tasks: all of them but for OOD, whose tasks are all Extreme, drawn whatever the mix's
+// weights (Mix.Tasks), so that a change of the mix leaves them alike.
+func splitEvalChanges(s Split, changes []SettingChange) []SettingChange {
+	if s != OOD {
+		return changes
+	}
+	return slices.DeleteFunc(slices.Clone(changes), func(c SettingChange) bool {
+		return c.Setting == "mix" || strings.HasPrefix(c.Setting, "mix.")
+	})
+}
+
 // EvalChangesBetween returns the changes to the evaluation settings (EvalChanges) that
 // config_history.jsonl records between two settings revisions (EvalRecord.Settings): those of
 // its lines from+1 to to. A setting changed twice is named once, from its first old value to

@@ -168,11 +168,11 @@ func (r *StepRecord) check() error {
 			return fmt.Errorf("episode %d: %d advantages for %d returns", i, len(e.Advantages), len(e.Returns))
 		}
 		// A group's episodes are consecutive, the groups numbered from 0 in order.
-		if i == 0 && e.Group != 0 {
+		switch {
+		case i == 0 && e.Group != 0:
 			return fmt.Errorf("episode 0: group %d (a step's groups are numbered from 0)", e.Group)
-		}
-		if prev := r.Episodes[max(i-1, 0)].Group; i > 0 && e.Group != prev && e.Group != prev+1 {
-			return fmt.Errorf("episode %d: group %d after group %d (a step's groups are numbered from 0, each group's episodes together)", i, e.Group, prev)
+		case i > 0 && e.Group != r.Episodes[i-1].Group && e.Group != r.Episodes[i-1].Group+1:
+			return fmt.Errorf("episode %d: group %d after group %d (a step's groups are numbered from 0, each group's episodes together)", i, e.Group, r.Episodes[i-1].Group)
 		}
 	}
 	for p, ps := range r.Passes {
