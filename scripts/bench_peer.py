@@ -25,7 +25,6 @@ ranges and the per-round ratios, and name the machine (printed first) with every
 import argparse
 import os
 import re
-import shutil
 import statistics
 import subprocess
 import sys
